@@ -1,0 +1,135 @@
+#include "actors/engine_actor.hpp"
+
+#include <caf/all.hpp>
+#include <xxhash.h>
+
+#include "engine/sim_executor.hpp"
+
+namespace kiln::actors {
+
+std::unique_ptr<engine::engine_core> make_engine_core(const config::pool_config& pool,
+                                                      std::uint64_t salt) {
+  auto tok = std::make_shared<engine::word_tokenizer>();
+  auto exec = std::make_unique<engine::sim_executor>(engine::cost_model(pool.shape, pool.gpu),
+                                                     pool.text, tok->vocab_size(), tok->eos());
+  return std::make_unique<engine::engine_core>(pool.limits, std::move(exec), std::move(tok), salt);
+}
+
+engine::engine_request engine_state::to_request(const chat_job& j) const {
+  engine::engine_request r;
+  r.id = j.id;
+  r.prompt.assign(j.prompt.begin(), j.prompt.end());
+  r.sampling.max_tokens = j.max_tokens > 0 ? j.max_tokens : default_max_tokens;
+  r.sampling.temperature = j.temperature;
+  if (j.has_seed) r.sampling.seed = j.seed;
+  r.sampling.stop = j.stop;
+  r.prio = static_cast<engine::priority>(std::min<std::uint8_t>(j.priority, 2));
+  return r;
+}
+
+int engine_state::cancel_sink(const caf::actor_addr& sink) {
+  int n = 0;
+  for (auto it = jobs.begin(); it != jobs.end();) {
+    if (it->second.sink.address() == sink) {
+      core->cancel(it->first);
+      it = jobs.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  watched.erase(sink);
+  return n;
+}
+
+void engine_state::publish() const {
+  if (!gauges) return;
+  gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(),
+               core->tokens_in_flight(), steps});
+}
+
+namespace {
+
+using stateful = caf::stateful_actor<engine_state>;
+
+void start_step(stateful* self) {
+  auto& st = self->state;
+  st.pending = st.core->step();
+  st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
+  if (!st.stepping) return;
+  ++st.steps;
+  const auto delay = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(st.pending.seconds));
+  self->delayed_send(self, delay, step_atom::value);
+}
+
+// The step's time has passed: its tokens reach their sinks, then the next step starts.
+void finish_step(stateful* self) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  for (auto& out : st.pending.outputs) {
+    auto it = st.jobs.find(out.id);
+    if (it == st.jobs.end()) continue;  // cancelled while the step ran
+    auto& j = it->second;
+    if (j.ttft_ms < 0)
+      j.ttft_ms = std::chrono::duration<double, std::milli>(now - j.arrival).count();
+    if (out.finish == engine::finish_reason::none) {
+      if (!out.text.empty())
+        self->send(j.sink, stream_tokens{out.id, std::move(out.text), out.new_tokens});
+      continue;
+    }
+    stream_end end;
+    end.id = out.id;
+    end.text = std::move(out.text);
+    end.tokens = out.new_tokens;
+    end.finish_reason = std::string(engine::to_string(out.finish));
+    end.prompt_tokens = out.usage.prompt_tokens;
+    end.completion_tokens = out.usage.completion_tokens;
+    end.cached_tokens = out.usage.cached_tokens;
+    end.team = j.team;
+    end.model_version = st.who.version;
+    end.region = st.who.region;
+    end.replica_id = st.who.replica_id;
+    end.engine_ttft_ms = j.ttft_ms;
+    self->send(j.sink, std::move(end));
+    st.jobs.erase(it);
+  }
+  st.pending = {};
+  st.stepping = false;
+  if (!st.core->idle()) start_step(self);
+  st.publish();
+}
+
+}  // namespace
+
+caf::behavior engine_actor(stateful* self, engine_identity who,
+                           std::shared_ptr<const config::pool_config> pool,
+                           std::shared_ptr<engine_gauges> gauges) {
+  auto& st = self->state;
+  st.core = make_engine_core(*pool, XXH3_64bits(who.replica_id.data(), who.replica_id.size()));
+  st.who = std::move(who);
+  st.default_max_tokens = pool->default_max_tokens;
+  st.gauges = std::move(gauges);
+  st.publish();
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (self->state.cancel_sink(dm.source) > 0) self->state.publish();
+  });
+  return {
+      [self](chat_job& job) {
+        auto& st = self->state;
+        if (job.sink && st.watched.insert(job.sink.address()).second) self->monitor(job.sink);
+        st.core->add(st.to_request(job));
+        st.jobs[job.id] = {job.sink, job.team, self->clock().now(), -1};
+        if (!st.stepping) start_step(self);
+        st.publish();
+      },
+      [self](step_atom) { finish_step(self); },
+      [self](stats_atom) {
+        const auto& c = *self->state.core;
+        return caf::make_message(static_cast<std::int32_t>(c.waiting()),
+                                 static_cast<std::int32_t>(c.running()), c.tokens_in_flight());
+      },
+  };
+}
+
+}  // namespace kiln::actors

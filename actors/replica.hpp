@@ -1,0 +1,22 @@
+#pragma once
+// A replica: fronts one engine actor, forwards jobs to it and reports its queue depth and
+// tokens in flight to the router every second.
+#include <string>
+
+#include <caf/stateful_actor.hpp>
+
+#include "actors/messages.hpp"
+
+namespace kiln::actors {
+
+struct replica_state {
+  std::string replica_id;
+  caf::actor engine;
+  caf::actor router;
+  static inline const char* name = "kiln.replica";
+};
+
+caf::behavior replica(caf::stateful_actor<replica_state>* self, std::string replica_id,
+                      caf::actor engine, caf::actor router);
+
+}  // namespace kiln::actors

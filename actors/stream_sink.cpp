@@ -1,0 +1,31 @@
+#include "actors/stream_sink.hpp"
+
+#include <caf/all.hpp>
+
+namespace kiln::actors {
+
+namespace {
+
+caf::behavior stream_sink(caf::event_based_actor*, std::shared_ptr<stream_target> target) {
+  return {
+      [target](stream_tokens& ev) { target->on_tokens(std::move(ev)); },
+      [target](stream_end& ev) { target->on_end(std::move(ev)); },
+      [target](stream_error& ev) { target->on_error(std::move(ev)); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_stream_sink(caf::actor_system& sys, std::shared_ptr<stream_target> target) {
+  return sys.spawn(stream_sink, std::move(target));
+}
+
+void stop_sink(const caf::actor& sink) {
+  if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+}
+
+void submit(const caf::actor& admission, chat_job job) {
+  caf::anon_send(admission, std::move(job));
+}
+
+}  // namespace kiln::actors

@@ -1,0 +1,27 @@
+#pragma once
+// The bridge from actors to a client connection: a sink actor per connection hands each
+// stream event to a stream_target, which the front implements by posting onto its strand.
+#include <memory>
+
+#include "actors/messages.hpp"
+
+namespace caf { class actor_system; }
+
+namespace kiln::actors {
+
+class stream_target {
+ public:
+  virtual ~stream_target() = default;
+  virtual void on_tokens(stream_tokens ev) = 0;
+  virtual void on_end(stream_end ev) = 0;
+  virtual void on_error(stream_error ev) = 0;
+};
+
+/// Spawns a sink for one connection. Ending it (stop_sink) tells every engine holding one of
+/// its requests that the client is gone.
+caf::actor spawn_stream_sink(caf::actor_system& sys, std::shared_ptr<stream_target> target);
+void stop_sink(const caf::actor& sink);
+/// Hands a job to the admission actor from outside any actor.
+void submit(const caf::actor& admission, chat_job job);
+
+}  // namespace kiln::actors

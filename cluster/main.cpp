@@ -1,0 +1,91 @@
+// kiln: the one binary. `kiln serve` runs a node; `kiln config show` prints the config.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/node.hpp"
+#include "config/config.hpp"
+
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage:\n"
+    "  kiln serve [--config FILE] [--port N]   run one node: one region, every role\n"
+    "  kiln config show [--config FILE]       print the configuration (the embedded default\n"
+    "                                          when no file is given)\n"
+    "  kiln help\n";
+
+int usage_error(const std::string& msg) {
+  std::cerr << "kiln: " << msg << "\n" << kUsage;
+  return 2;
+}
+
+struct args {
+  std::string config_file;
+  int port = -1;
+};
+
+bool parse_flags(const std::vector<std::string>& v, std::size_t from, args& a, std::string& err) {
+  for (std::size_t i = from; i < v.size(); ++i) {
+    const std::string& f = v[i];
+    if ((f == "--config" || f == "--port") && i + 1 >= v.size()) {
+      err = f + " needs a value";
+      return false;
+    }
+    if (f == "--config") {
+      a.config_file = v[++i];
+    } else if (f == "--port") {
+      const std::string& p = v[++i];
+      char* end = nullptr;
+      const long n = std::strtol(p.c_str(), &end, 10);
+      if (p.empty() || *end != '\0' || n < 0 || n > 65535) {
+        err = "--port must be a number from 0 to 65535, got '" + p + "'";
+        return false;
+      }
+      a.port = static_cast<int>(n);
+    } else {
+      err = "unknown option '" + f + "'";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::variant<kiln::config::kiln_config, kiln::config::config_error> load(const args& a) {
+  if (a.config_file.empty()) return kiln::config::parse_config(kiln::config::embedded_default_config(), "<embedded default>");
+  return kiln::config::load_config_file(a.config_file);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> v(argv + 1, argv + argc);
+  if (v.empty() || v[0] == "help" || v[0] == "--help" || v[0] == "-h") {
+    std::cout << kUsage;
+    return v.empty() ? 2 : 0;
+  }
+  args a;
+  std::string err;
+  if (v[0] == "serve") {
+    if (!parse_flags(v, 1, a, err)) return usage_error(err);
+    auto cfg = load(a);
+    if (auto* e = std::get_if<kiln::config::config_error>(&cfg)) {
+      std::cerr << "kiln: " << e->message << "\n";
+      return 1;
+    }
+    return kiln::cluster::serve(std::get<kiln::config::kiln_config>(cfg), {a.port}, std::cout);
+  }
+  if (v[0] == "config" && v.size() >= 2 && v[1] == "show") {
+    if (!parse_flags(v, 2, a, err)) return usage_error(err);
+    auto cfg = load(a);
+    if (auto* e = std::get_if<kiln::config::config_error>(&cfg)) {
+      std::cerr << "kiln: " << e->message << "\n";
+      return 1;
+    }
+    std::cout << std::get<kiln::config::kiln_config>(cfg).source;
+    return 0;
+  }
+  return usage_error("unknown command '" + v[0] + "'");
+}

@@ -1,0 +1,16 @@
+#pragma once
+// A kiln node: one process that runs the region's actors and the HTTP front.
+#include <iosfwd>
+
+#include "config/config.hpp"
+
+namespace kiln::cluster {
+
+struct serve_options {
+  int port_override = -1;  ///< >= 0 replaces server.port (0: any free port)
+};
+
+/// Runs until SIGINT/SIGTERM, then drains and returns the process exit code.
+int serve(const config::kiln_config& cfg, const serve_options& opts, std::ostream& out);
+
+}  // namespace kiln::cluster

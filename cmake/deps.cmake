@@ -1,0 +1,32 @@
+# Third-party packages, all from Debian. CAF ships no CMake config: imported targets made here.
+find_package(Threads REQUIRED)
+
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
+find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+add_library(caf::core UNKNOWN IMPORTED)
+set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR}
+  INTERFACE_LINK_LIBRARIES Threads::Threads)
+add_library(caf::io UNKNOWN IMPORTED)
+set_target_properties(caf::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIBRARY}
+  INTERFACE_LINK_LIBRARIES caf::core)
+
+find_package(Boost 1.74 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(doctest REQUIRED)
+find_package(xxHash QUIET)
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(kiln_xxhash INTERFACE)
+target_include_directories(kiln_xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
+target_link_libraries(kiln_xxhash INTERFACE ${XXHASH_LIBRARY})
+
+find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED)
+add_library(kiln_tomlpp INTERFACE)
+target_include_directories(kiln_tomlpp INTERFACE ${TOMLPP_INCLUDE_DIR})
+find_library(TOMLPP_LIBRARY tomlplusplus)
+if(TOMLPP_LIBRARY)
+  target_link_libraries(kiln_tomlpp INTERFACE ${TOMLPP_LIBRARY})
+  target_compile_definitions(kiln_tomlpp INTERFACE TOML_HEADER_ONLY=0)
+endif()

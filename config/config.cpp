@@ -1,0 +1,238 @@
+#include "config/config.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+namespace kiln::config {
+
+namespace {
+
+struct bad_config : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Reads one TOML table: typed getters with ranges, and a check that no key is unknown.
+class reader {
+ public:
+  reader(const toml::table& t, std::string path) : t_(t), path_(std::move(path)) {}
+
+  void text(std::string_view key, std::string& out, bool required = false) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) {
+      if (required) fail(key, "is required");
+      return;
+    }
+    auto v = n->value<std::string>();
+    if (!v) fail(key, "must be a string");
+    out = *v;
+  }
+
+  template <class T>
+  void number(std::string_view key, T& out, double lo, double hi) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) return;
+    std::optional<double> v;
+    if (n->is_integer()) v = static_cast<double>(*n->value<std::int64_t>());
+    else if (n->is_floating_point()) v = *n->value<double>();
+    if (!v) fail(key, "must be a number");
+    if constexpr (std::is_integral_v<T>) {
+      if (n->is_floating_point()) fail(key, "must be an integer");
+    }
+    if (*v < lo || *v > hi) {
+      std::ostringstream m;
+      m << "must be between " << lo << " and " << hi << " (got " << *v << ")";
+      fail(key, m.str());
+    }
+    out = static_cast<T>(*v);
+  }
+
+  const toml::table* table(std::string_view key) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) return nullptr;
+    if (!n->is_table()) fail(key, "must be a table");
+    return n->as_table();
+  }
+
+  const toml::array* array(std::string_view key) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) return nullptr;
+    if (!n->is_array()) fail(key, "must be an array of tables ([[" + std::string(key) + "]])");
+    return n->as_array();
+  }
+
+  void no_unknown_keys() const {
+    for (const auto& [k, v] : t_) {
+      if (!seen_.count(std::string(k.str()))) throw bad_config(qualified(k.str()) + ": unknown key");
+    }
+  }
+
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
+    throw bad_config(qualified(key) + " " + what);
+  }
+
+ private:
+  std::string qualified(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  const toml::table& t_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+constexpr double kBig = 1e18;
+
+server_config read_server(const toml::table& t) {
+  server_config s;
+  reader r(t, "server");
+  r.text("host", s.host);
+  r.number("port", s.port, 0, 65535);
+  r.number("max_body_bytes", s.max_body_bytes, 64, 1e9);
+  r.number("max_header_bytes", s.max_header_bytes, 256, 1e7);
+  r.number("request_timeout_ms", s.request_timeout_ms, 1, 3.6e6);
+  r.number("shutdown_grace_ms", s.shutdown_grace_ms, 0, 3.6e6);
+  r.number("io_threads", s.io_threads, 1, 64);
+  r.number("actor_threads", s.actor_threads, 1, 64);
+  r.no_unknown_keys();
+  return s;
+}
+
+void read_shape(const toml::table& t, const std::string& path, engine::model_shape& m) {
+  reader r(t, path);
+  r.number("layers", m.layers, 1, 1000);
+  r.number("d_model", m.d_model, 1, 1e6);
+  r.number("heads", m.heads, 1, 1e4);
+  r.number("kv_heads", m.kv_heads, 1, 1e4);
+  r.number("head_dim", m.head_dim, 1, 1e4);
+  r.number("ffn_dim", m.ffn_dim, 1, 1e7);
+  r.number("vocab", m.vocab, 1, 1e8);
+  r.number("params", m.params, 0, 1e15);
+  r.number("dtype_bytes", m.dtype_bytes, 0.125, 8);
+  r.number("kv_dtype_bytes", m.kv_dtype_bytes, 0.125, 8);
+  r.no_unknown_keys();
+}
+
+void read_gpu(const toml::table& t, const std::string& path, engine::gpu_assumptions& g) {
+  reader r(t, path);
+  r.number("hbm_bytes_per_s", g.hbm_bytes_per_s, 1e6, kBig);
+  r.number("flops_per_s", g.flops_per_s, 1e6, kBig);
+  r.number("bandwidth_efficiency", g.bandwidth_efficiency, 0.001, 1);
+  r.number("flops_efficiency", g.flops_efficiency, 0.001, 1);
+  r.number("end_to_end_efficiency", g.end_to_end_efficiency, 0.001, 1);
+  r.number("allreduce_bytes_per_s", g.allreduce_bytes_per_s, 1e3, kBig);
+  r.number("allreduce_latency_s", g.allreduce_latency_s, 0, 1);
+  r.number("fixed_step_s", g.fixed_step_s, 0, 10);
+  r.number("tensor_parallel", g.tensor_parallel, 1, 64);
+  r.no_unknown_keys();
+}
+
+pool_config read_pool(const toml::table& t, std::size_t index) {
+  pool_config p;
+  const std::string path = "pools[" + std::to_string(index) + "]";
+  reader r(t, path);
+  r.text("model", p.model, true);
+  r.text("version", p.version, true);
+  r.number("replicas", p.replicas, 1, 1024);
+  std::string executor = "sim";
+  r.text("executor", executor);
+  if (executor != "sim") r.fail("executor", "must be \"sim\" (got \"" + executor + "\")");
+  r.number("max_tokens_per_step", p.limits.max_tokens_per_step, 1, 1e7);
+  r.number("max_running", p.limits.max_running, 1, 1e6);
+  r.number("default_max_tokens", p.default_max_tokens, 1, 1e7);
+  r.number("max_context", p.max_context, 1, 1e8);
+  if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
+  if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
+  if (const auto* s = r.table("sim_text")) {
+    reader st(*s, path + ".sim_text");
+    st.number("min_output_tokens", p.text.min_output_tokens, 1, 1e7);
+    st.number("max_output_tokens", p.text.max_output_tokens, 1, 1e7);
+    st.no_unknown_keys();
+    if (p.text.max_output_tokens < p.text.min_output_tokens)
+      st.fail("max_output_tokens", "must be at least min_output_tokens");
+  }
+  r.no_unknown_keys();
+  if (p.model.empty() || p.version.empty()) r.fail("model", "and version must not be empty");
+  return p;
+}
+
+kiln_config read_root(const toml::table& root) {
+  kiln_config c;
+  reader r(root, "");
+  r.text("region", c.region);
+  if (const auto* s = r.table("server")) c.server = read_server(*s);
+  if (const auto* teams = r.array("teams")) {
+    for (std::size_t i = 0; i < teams->size(); ++i) {
+      const auto* t = (*teams)[i].as_table();
+      const std::string path = "teams[" + std::to_string(i) + "]";
+      if (!t) throw bad_config(path + " must be a table");
+      team_config team;
+      reader tr(*t, path);
+      tr.text("name", team.name, true);
+      tr.text("api_key", team.api_key, true);
+      tr.no_unknown_keys();
+      if (team.api_key.empty()) tr.fail("api_key", "must not be empty");
+      if (c.team_by_key(team.api_key)) tr.fail("api_key", "is used by another team");
+      c.teams.push_back(team);
+    }
+  }
+  if (const auto* pools = r.array("pools")) {
+    for (std::size_t i = 0; i < pools->size(); ++i) {
+      const auto* t = (*pools)[i].as_table();
+      if (!t) throw bad_config("pools[" + std::to_string(i) + "] must be a table");
+      pool_config p = read_pool(*t, i);
+      if (c.pool_for(p.model)) throw bad_config("pools[" + std::to_string(i) + "].model \"" + p.model + "\" is defined twice");
+      c.pools.push_back(std::move(p));
+    }
+  }
+  r.no_unknown_keys();
+  if (c.region.empty()) throw bad_config("region must not be empty");
+  if (c.pools.empty()) throw bad_config("pools: at least one [[pools]] entry is required");
+  if (c.teams.empty()) throw bad_config("teams: at least one [[teams]] entry is required");
+  return c;
+}
+
+}  // namespace
+
+const team_config* kiln_config::team_by_key(std::string_view key) const {
+  for (const auto& t : teams)
+    if (t.api_key == key) return &t;
+  return nullptr;
+}
+
+const pool_config* kiln_config::pool_for(std::string_view model) const {
+  for (const auto& p : pools)
+    if (p.model == model) return &p;
+  return nullptr;
+}
+
+std::variant<kiln_config, config_error> parse_config(std::string_view toml_text, std::string_view origin) {
+  try {
+    toml::table root = toml::parse(toml_text, origin);
+    kiln_config c = read_root(root);
+    c.source = std::string(toml_text);
+    return c;
+  } catch (const toml::parse_error& e) {
+    std::ostringstream m;
+    m << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    return config_error{m.str()};
+  } catch (const bad_config& e) {
+    return config_error{std::string(origin) + ": " + e.what()};
+  }
+}
+
+std::variant<kiln_config, config_error> load_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return config_error{path + ": cannot open config file"};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,68 @@
+#pragma once
+// kiln's typed configuration, parsed once from TOML and passed down by const reference.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/cost_model.hpp"
+#include "engine/scheduler.hpp"
+#include "engine/sim_executor.hpp"
+
+namespace kiln::config {
+
+struct server_config {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_header_bytes = 8 << 10;
+  int request_timeout_ms = 10000;   ///< a request must arrive whole within this time
+  int shutdown_grace_ms = 5000;     ///< streams still open this long after SIGTERM get an error
+  int io_threads = 1;
+  int actor_threads = 2;
+};
+
+struct team_config {
+  std::string name;
+  std::string api_key;
+};
+
+enum class executor_kind { sim };
+
+/// One model version served by `replicas` engines in this region.
+struct pool_config {
+  std::string model;
+  std::string version;
+  int replicas = 1;
+  executor_kind executor = executor_kind::sim;
+  engine::scheduler_limits limits;
+  int default_max_tokens = 1024;  ///< when a request names no max_tokens
+  int max_context = 32768;        ///< prompt + max_tokens must fit
+  engine::model_shape shape;
+  engine::gpu_assumptions gpu;
+  engine::sim_text text;
+};
+
+struct kiln_config {
+  std::string region = "local";
+  server_config server;
+  std::vector<team_config> teams;
+  std::vector<pool_config> pools;
+  std::string source;  ///< the TOML text this was parsed from
+
+  const team_config* team_by_key(std::string_view key) const;
+  const pool_config* pool_for(std::string_view model) const;
+};
+
+/// One clear line saying what is wrong and where.
+struct config_error {
+  std::string message;
+};
+
+std::variant<kiln_config, config_error> parse_config(std::string_view toml_text, std::string_view origin);
+std::variant<kiln_config, config_error> load_config_file(const std::string& path);
+/// The embedded default: region `local`, pool chat-7b@v1 on the sim executor, two teams.
+std::string_view embedded_default_config();
+
+}  // namespace kiln::config

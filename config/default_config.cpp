@@ -1,0 +1,69 @@
+#include "config/config.hpp"
+
+namespace kiln::config {
+
+std::string_view embedded_default_config() {
+  static constexpr std::string_view text = R"toml(# kiln embedded default: one node, one region, every role.
+region = "local"
+
+[server]
+host = "127.0.0.1"
+port = 8080
+max_body_bytes = 1048576      # 413 above this
+max_header_bytes = 8192       # 431 above this
+request_timeout_ms = 10000    # a request must arrive whole within this time
+shutdown_grace_ms = 5000      # after SIGTERM, open streams get this long to finish
+io_threads = 1
+actor_threads = 2
+
+[[teams]]
+name = "search"
+api_key = "kiln-search-local"
+
+[[teams]]
+name = "assistant"
+api_key = "kiln-assistant-local"
+
+[[pools]]
+model = "chat-7b"
+version = "v1"
+replicas = 4
+executor = "sim"
+max_tokens_per_step = 2048    # prefill + decode tokens per engine step
+max_running = 128             # sequences in the batch at once
+default_max_tokens = 1024
+max_context = 32768
+
+# Shape of a 7B GQA decoder (32 layers, 8 KV heads) in FP16: 131,072 KV bytes per token.
+[pools.shape]
+layers = 32
+d_model = 4096
+heads = 32
+kv_heads = 8
+head_dim = 128
+ffn_dim = 14336
+vocab = 32000
+dtype_bytes = 2
+kv_dtype_bytes = 2
+
+# H200-class GPU and the efficiency assumptions of the sizing seed (A4-A7).
+[pools.gpu]
+hbm_bytes_per_s = 4.8e12
+flops_per_s = 989e12
+bandwidth_efficiency = 0.70
+flops_efficiency = 0.40
+end_to_end_efficiency = 0.60
+allreduce_bytes_per_s = 300e9
+allreduce_latency_s = 8e-6
+fixed_step_s = 1.5e-3
+tensor_parallel = 1
+
+# The sim executor's answers end after a seeded length in this range (or at max_tokens).
+[pools.sim_text]
+min_output_tokens = 16
+max_output_tokens = 400
+)toml";
+  return text;
+}
+
+}  // namespace kiln::config

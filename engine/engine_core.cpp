@@ -1,0 +1,113 @@
+#include "engine/engine_core.hpp"
+
+#include <algorithm>
+
+#include <xxhash.h>
+
+#include "engine/sim_executor.hpp"
+
+namespace kiln::engine {
+
+engine_core::engine_core(scheduler_limits limits, std::unique_ptr<executor> exec,
+                         std::shared_ptr<const tokenizer> tok, std::uint64_t salt)
+    : sched_(limits), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
+
+void engine_core::add(engine_request req) {
+  sequence s;
+  const auto prompt_hash = XXH3_64bits(req.prompt.data(), req.prompt.size() * sizeof(token_id));
+  if (req.sampling.temperature <= 0)
+    s.rng_seed = prompt_hash;  // greedy: the same prompt gives the same answer
+  else if (req.sampling.seed)
+    s.rng_seed = mix64(*req.sampling.seed) ^ prompt_hash;
+  else
+    s.rng_seed = mix64(salt_ ^ mix64(++unseeded_)) ^ prompt_hash;
+  sched_.add(req.id, req.prio, static_cast<int>(req.prompt.size()), req.sampling.max_tokens);
+  s.req = std::move(req);
+  seqs_[s.req.id] = std::move(s);
+}
+
+bool engine_core::cancel(seq_id id) {
+  sched_.remove(id);
+  return seqs_.erase(id) > 0;
+}
+
+std::size_t safe_emit_end(const std::string& text, std::size_t from,
+                          const std::vector<std::string>& stop, std::size_t& hit) {
+  hit = std::string::npos;
+  std::size_t end = text.size();
+  for (std::size_t i = 0; i < stop.size(); ++i) {
+    const std::string& s = stop[i];
+    if (s.empty()) continue;
+    const std::size_t start = from >= s.size() ? from - (s.size() - 1) : 0;
+    if (auto pos = text.find(s, start); pos != std::string::npos && pos < end) {
+      end = pos;
+      hit = i;
+    }
+  }
+  if (hit != std::string::npos) return end;
+  // Hold back the longest tail that could still grow into a stop string.
+  for (const std::string& s : stop) {
+    for (std::size_t len = std::min(s.size() - (s.empty() ? 0 : 1), text.size() - from); len > 0; --len) {
+      if (text.compare(text.size() - len, len, s, 0, len) == 0) {
+        end = std::min(end, text.size() - len);
+        break;
+      }
+    }
+  }
+  return end;
+}
+
+seq_output engine_core::advance(sequence& s, token_id tok) {
+  seq_output out;
+  out.id = s.req.id;
+  out.new_tokens = 1;
+  ++s.generated;
+  if (tok == tok_->eos()) {
+    out.finish = finish_reason::stop;
+  } else {
+    s.text += tok_->decode(tok);
+  }
+  std::size_t hit = std::string::npos;
+  std::size_t end = safe_emit_end(s.text, s.emitted, s.req.sampling.stop, hit);
+  if (hit != std::string::npos) {
+    out.finish = finish_reason::stop;
+  } else if (out.finish == finish_reason::none && s.generated >= s.req.sampling.max_tokens) {
+    out.finish = finish_reason::length;
+  }
+  if (out.finish != finish_reason::none && hit == std::string::npos) end = s.text.size();
+  if (end > s.emitted) {
+    out.text = s.text.substr(s.emitted, end - s.emitted);
+    s.emitted = end;
+  }
+  out.usage.prompt_tokens = static_cast<int>(s.req.prompt.size());
+  out.usage.completion_tokens = s.generated;
+  return out;
+}
+
+step_result engine_core::step() {
+  step_result result;
+  const step_plan plan = sched_.schedule();
+  if (plan.empty()) return result;
+  std::vector<sample_slot> slots;
+  for (const plan_item& item : plan.items) {
+    if (!item.samples) continue;
+    const sequence& s = seqs_.at(item.id);
+    slots.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature});
+  }
+  const step_execution exec = exec_->run(plan, slots);
+  sched_.update(plan);
+  result.seconds = exec.seconds;
+  result.batch_size = static_cast<int>(plan.items.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    sequence& s = seqs_.at(slots[i].id);
+    seq_output out = advance(s, exec.tokens[i]);
+    if (out.finish != finish_reason::none) {
+      sched_.remove(out.id);
+      seqs_.erase(out.id);
+    }
+    result.outputs.push_back(std::move(out));
+  }
+  return result;
+}
+
+}  // namespace kiln::engine

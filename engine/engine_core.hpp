@@ -1,0 +1,78 @@
+#pragma once
+// One engine: scheduler + executor + tokenizer. step() runs one continuous-batching step
+// and returns each sequence's new text, finish reason and usage. No actors, no clock.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/executor.hpp"
+#include "engine/scheduler.hpp"
+#include "engine/tokenizer.hpp"
+
+namespace kiln::engine {
+
+struct engine_request {
+  seq_id id = 0;
+  std::vector<token_id> prompt;
+  sampling_params sampling;
+  priority prio = priority::standard;
+};
+
+/// What one sequence produced in a step.
+struct seq_output {
+  seq_id id = 0;
+  std::string text;      ///< text safe to stream now (held back while it may start a stop string)
+  int new_tokens = 0;
+  finish_reason finish = finish_reason::none;
+  engine::usage usage;   ///< running totals; final when finish != none
+};
+
+struct step_result {
+  double seconds = 0;    ///< the executor's step time
+  int batch_size = 0;    ///< sequences in the step
+  std::vector<seq_output> outputs;
+};
+
+class engine_core {
+ public:
+  /// `salt` varies unseeded sampling between engines.
+  engine_core(scheduler_limits limits, std::unique_ptr<executor> exec,
+              std::shared_ptr<const tokenizer> tok, std::uint64_t salt = 0);
+
+  void add(engine_request req);
+  /// Drops a sequence at once and releases its accounting; false if unknown.
+  bool cancel(seq_id id);
+  bool idle() const { return seqs_.empty(); }
+  step_result step();
+
+  int running() const { return sched_.running(); }
+  int waiting() const { return sched_.waiting(); }
+  std::int64_t tokens_in_flight() const { return sched_.tokens_in_flight(); }
+  const tokenizer& tok() const { return *tok_; }
+
+ private:
+  struct sequence {
+    engine_request req;
+    std::uint64_t rng_seed = 0;
+    std::string text;        ///< all decoded text
+    std::size_t emitted = 0; ///< bytes of text already returned
+    int generated = 0;
+  };
+  seq_output advance(sequence& s, token_id tok);
+
+  scheduler sched_;
+  std::unique_ptr<executor> exec_;
+  std::shared_ptr<const tokenizer> tok_;
+  std::uint64_t salt_;
+  std::uint64_t unseeded_ = 0;
+  std::unordered_map<seq_id, sequence> seqs_;
+};
+
+/// Bytes of `text` (from `from` on) that may be emitted without cutting a stop string;
+/// sets `hit` to the index of a stop string found, or npos.
+std::size_t safe_emit_end(const std::string& text, std::size_t from,
+                          const std::vector<std::string>& stop, std::size_t& hit);
+
+}  // namespace kiln::engine

@@ -1,0 +1,32 @@
+#pragma once
+// The executor interface: runs one step plan and returns the sampled tokens.
+// Implementations: sim (cost model, no math); cpu and cuda follow.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/scheduler.hpp"
+#include "engine/types.hpp"
+
+namespace kiln::engine {
+
+/// A sequence that samples a token this step, in plan order.
+struct sample_slot {
+  seq_id id = 0;
+  std::uint64_t rng_seed = 0;  ///< fixed per sequence: from the request seed or the prompt
+  int position = 0;            ///< index of the token being sampled among the outputs
+  double temperature = 1.0;
+};
+
+struct step_execution {
+  double seconds = 0;               ///< how long the step took (modelled or measured)
+  std::vector<token_id> tokens;     ///< one per sample slot, same order
+};
+
+class executor {
+ public:
+  virtual ~executor() = default;
+  virtual step_execution run(const step_plan& plan, std::span<const sample_slot> slots) = 0;
+};
+
+}  // namespace kiln::engine

@@ -1,0 +1,48 @@
+#include "engine/sim_executor.hpp"
+
+#include <algorithm>
+
+namespace kiln::engine {
+
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+sim_executor::sim_executor(cost_model model, sim_text text, int vocab_size, token_id eos)
+    : model_(std::move(model)), text_(text), vocab_size_(std::max(2, vocab_size)), eos_(eos) {
+  text_.min_output_tokens = std::max(1, text_.min_output_tokens);
+  text_.max_output_tokens = std::max(text_.min_output_tokens, text_.max_output_tokens);
+}
+
+step_shape sim_executor::shape_of(const step_plan& plan) const {
+  step_shape s;
+  for (const plan_item& item : plan.items) {
+    s.new_tokens += item.tokens;
+    s.kv_tokens_read += item.context_before + item.tokens;
+    if (item.prefill) s.attention_flops += model_.attention_flops(item.tokens, item.context_before);
+  }
+  return s;
+}
+
+step_execution sim_executor::run(const step_plan& plan, std::span<const sample_slot> slots) {
+  step_execution out;
+  out.seconds = plan.empty() ? 0.0 : model_.time(shape_of(plan)).total;
+  out.tokens.reserve(slots.size());
+  const auto span = static_cast<std::uint64_t>(text_.max_output_tokens - text_.min_output_tokens + 1);
+  for (const sample_slot& slot : slots) {
+    const int natural_len = text_.min_output_tokens + static_cast<int>(mix64(slot.rng_seed) % span);
+    if (slot.position >= natural_len) {
+      out.tokens.push_back(eos_);
+      continue;
+    }
+    const std::uint64_t r = mix64(slot.rng_seed ^ mix64(static_cast<std::uint64_t>(slot.position) + 1));
+    // Any vocabulary token but eos (ids 1 .. vocab-1).
+    out.tokens.push_back(1 + static_cast<token_id>(r % static_cast<std::uint64_t>(vocab_size_ - 1)));
+  }
+  return out;
+}
+
+}  // namespace kiln::engine

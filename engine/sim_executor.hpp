@@ -1,0 +1,32 @@
+#pragma once
+// Sim executor: no math. Step latency from the roofline cost model; token ids from a
+// deterministic generator seeded per sequence, ending with eos at a seeded length.
+#include "engine/cost_model.hpp"
+#include "engine/executor.hpp"
+
+namespace kiln::engine {
+
+struct sim_text {
+  int min_output_tokens = 16;   ///< shortest natural answer before eos
+  int max_output_tokens = 400;  ///< longest natural answer before eos
+};
+
+class sim_executor final : public executor {
+ public:
+  sim_executor(cost_model model, sim_text text, int vocab_size, token_id eos);
+  step_execution run(const step_plan& plan, std::span<const sample_slot> slots) override;
+  const cost_model& model() const { return model_; }
+  /// The shape a plan presents to the cost model.
+  step_shape shape_of(const step_plan& plan) const;
+
+ private:
+  cost_model model_;
+  sim_text text_;
+  int vocab_size_;
+  token_id eos_;
+};
+
+/// splitmix64: the generator's mixing function (also used to derive sequence seeds).
+std::uint64_t mix64(std::uint64_t x);
+
+}  // namespace kiln::engine

@@ -1,0 +1,47 @@
+#pragma once
+// The tokenizer interface every executor's model provides, and a deterministic stand-in
+// (words and punctuation over a fixed vocabulary) used by the sim executor.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/types.hpp"
+
+namespace kiln::engine {
+
+class tokenizer {
+ public:
+  virtual ~tokenizer() = default;
+  virtual std::vector<token_id> encode(std::string_view text) const = 0;
+  /// Text of one token as it appears in a stream (leading space included where it has one).
+  virtual std::string decode(token_id id) const = 0;
+  virtual token_id eos() const = 0;
+  /// Ids below this are ordinary generable tokens (eos excluded).
+  virtual int vocab_size() const = 0;
+};
+
+/// Stand-in: splits text into words and single punctuation marks; known words map to their
+/// vocabulary index, unknown ones to a stable hashed id above the vocabulary.
+class word_tokenizer final : public tokenizer {
+ public:
+  word_tokenizer();
+  std::vector<token_id> encode(std::string_view text) const override;
+  std::string decode(token_id id) const override;
+  token_id eos() const override { return 0; }
+  int vocab_size() const override { return static_cast<int>(words_.size()); }
+
+ private:
+  std::vector<std::string> words_;
+};
+
+/// A chat message as the API receives it.
+struct chat_message {
+  std::string role;
+  std::string content;
+};
+
+/// Stand-in chat template: role markers around each message, then the assistant's turn.
+std::string render_chat_prompt(const std::vector<chat_message>& messages);
+
+}  // namespace kiln::engine

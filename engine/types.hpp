@@ -1,0 +1,40 @@
+#pragma once
+// Plain value types shared by the engine's scheduler, executors and its callers.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::engine {
+
+using token_id = std::int32_t;
+using seq_id = std::uint64_t;
+
+/// Scheduling tier inside an engine; lower value runs first.
+enum class priority : std::uint8_t { interactive = 0, standard = 1, batch = 2 };
+
+/// Parses "interactive" | "standard" | "batch"; nullopt for anything else.
+std::optional<priority> parse_priority(std::string_view s);
+std::string_view to_string(priority p);
+
+/// Why a sequence stopped producing tokens.
+enum class finish_reason : std::uint8_t { none, stop, length, cancelled };
+std::string_view to_string(finish_reason r);
+
+/// What the caller asked of the sampler and of the stopping rules.
+struct sampling_params {
+  int max_tokens = 256;
+  double temperature = 1.0;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+};
+
+/// Token counts reported back to the client.
+struct usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+};
+
+}  // namespace kiln::engine

@@ -1,0 +1,49 @@
+#pragma once
+// The front: a Beast HTTP/1.1 server (keep-alive, one session per connection) that speaks
+// the OpenAI API and hands chat completions to the admission actor. Beast stays inside
+// http_server.cpp; this header is cheap to include.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include <caf/actor.hpp>
+
+#include "actors/engine_gauges.hpp"
+#include "config/config.hpp"
+#include "engine/tokenizer.hpp"
+#include "net/metrics.hpp"
+
+namespace boost::asio { class io_context; }
+namespace caf { class actor_system; }
+
+namespace kiln::net {
+
+struct server_deps {
+  std::shared_ptr<const config::kiln_config> cfg;
+  caf::actor_system* sys = nullptr;
+  caf::actor admission;
+  std::shared_ptr<front_metrics> metrics;
+  std::shared_ptr<actors::engine_gauges> gauges;
+  std::shared_ptr<const engine::tokenizer> tokenizer;
+  std::function<void(const std::string&)> access_log;  ///< one line per request
+};
+
+class http_server {
+ public:
+  http_server(boost::asio::io_context& ioc, server_deps deps);
+  ~http_server();
+  /// Binds host:port from config (port_override >= 0 replaces it); the bound port, or why not.
+  std::variant<std::uint16_t, std::string> start(int port_override = -1);
+  /// Stops accepting; idle connections close, open requests finish. After the configured
+  /// grace, streams still open end with an error event. on_drained runs once all are closed.
+  void drain(std::function<void()> on_drained);
+
+  struct impl;
+
+ private:
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace kiln::net

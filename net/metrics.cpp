@@ -1,0 +1,48 @@
+#include "net/metrics.hpp"
+
+namespace kiln::net {
+
+namespace {
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+std::string engine_labels(const actors::engine_gauge& e) {
+  return "{replica=\"" + e.replica_id + "\",model=\"" + e.model + "\",version=\"" + e.version + "\"}";
+}
+
+}  // namespace
+
+std::string render_metrics(const front_metrics& m, const actors::engine_gauges& g) {
+  std::string out;
+  family(out, "kiln_requests_total", "counter", "HTTP requests answered, by status.");
+  for (const auto& [status, n] : m.requests_by_status())
+    out += "kiln_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  family(out, "kiln_tokens_streamed_total", "counter", "Completion tokens delivered to clients.");
+  out += "kiln_tokens_streamed_total " + std::to_string(m.tokens_streamed.load()) + "\n";
+  family(out, "kiln_open_streams", "gauge", "SSE streams open now.");
+  out += "kiln_open_streams " + std::to_string(m.open_streams.load()) + "\n";
+  family(out, "kiln_open_connections", "gauge", "Client connections open now.");
+  out += "kiln_open_connections " + std::to_string(m.open_connections.load()) + "\n";
+  const auto engines = g.snapshot();
+  family(out, "kiln_engine_running_sequences", "gauge", "Sequences in an engine's running batch.");
+  for (const auto& e : engines) out += "kiln_engine_running_sequences" + engine_labels(e) + " " + std::to_string(e.running) + "\n";
+  family(out, "kiln_engine_waiting_sequences", "gauge", "Sequences waiting for a batch slot.");
+  for (const auto& e : engines) out += "kiln_engine_waiting_sequences" + engine_labels(e) + " " + std::to_string(e.waiting) + "\n";
+  family(out, "kiln_engine_tokens_in_flight", "gauge", "Prompt plus remaining output tokens an engine holds.");
+  for (const auto& e : engines) out += "kiln_engine_tokens_in_flight" + engine_labels(e) + " " + std::to_string(e.tokens_in_flight) + "\n";
+  family(out, "kiln_engine_steps_total", "counter", "Engine steps run.");
+  for (const auto& e : engines) out += "kiln_engine_steps_total" + engine_labels(e) + " " + std::to_string(e.steps) + "\n";
+  return out;
+}
+
+}  // namespace kiln::net

@@ -1,0 +1,261 @@
+#include "net/openai.hpp"
+
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::net {
+
+namespace {
+
+using json = nlohmann::json;
+
+api_error invalid(std::string message, std::string param, std::string code = {}) {
+  return api_error{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)};
+}
+
+std::string type_name(const json& v) { return v.type_name(); }
+
+// Length in bytes of the UTF-8 sequence starting at s[i], or 0 if it is not valid.
+std::size_t utf8_len(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n;
+  std::uint32_t cp;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
+  else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
+  else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  const bool overlong = (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+// message content: a string, or an array of {"type":"text","text":...} parts.
+std::optional<std::string> content_text(const json& c) {
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null()) return std::string();
+  if (!c.is_array()) return std::nullopt;
+  std::string out;
+  for (const json& part : c) {
+    if (!part.is_object()) return std::nullopt;
+    auto t = part.find("type");
+    auto x = part.find("text");
+    if (t == part.end() || *t != "text" || x == part.end() || !x->is_string()) return std::nullopt;
+    out += x->get<std::string>();
+  }
+  return out;
+}
+
+std::optional<api_error> read_messages(const json& v, chat_params& out) {
+  if (!v.is_array() || v.empty())
+    return invalid("'messages' must be a non-empty array of messages.", "messages");
+  static const std::set<std::string, std::less<>> roles = {"system", "developer", "user", "assistant", "tool"};
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    const json& m = v[i];
+    if (!m.is_object()) return invalid("Each message must be an object.", at);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string() || !roles.count(role->get<std::string>()))
+      return invalid("'" + at + ".role' must be one of system, developer, user, assistant, tool.", at + ".role");
+    auto content = m.find("content");
+    std::optional<std::string> text = content == m.end() ? std::nullopt : content_text(*content);
+    if (!text) return invalid("'" + at + ".content' must be a string or an array of text parts.", at + ".content");
+    out.messages.push_back({role->get<std::string>(), std::move(*text)});
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_int(const json& v, const char* name, int lo, int hi, int& out) {
+  if (!v.is_number_integer())
+    return invalid(std::string("'") + name + "' must be an integer, got " + type_name(v) + ".", name);
+  const auto x = v.get<std::int64_t>();
+  if (x < lo || x > hi)
+    return invalid(std::string("'") + name + "' must be between " + std::to_string(lo) + " and " +
+                       std::to_string(hi) + ".", name);
+  out = static_cast<int>(x);
+  return std::nullopt;
+}
+
+std::optional<api_error> read_field(const std::string& key, const json& v, chat_params& out) {
+  if (key == "model") {
+    if (!v.is_string() || v.get<std::string>().empty()) return invalid("'model' must be a non-empty string.", "model");
+    out.model = v.get<std::string>();
+  } else if (key == "messages") {
+    return read_messages(v, out);
+  } else if (key == "stream") {
+    if (!v.is_boolean() && !v.is_null()) return invalid("'stream' must be a boolean.", "stream");
+    out.stream = v.is_boolean() && v.get<bool>();
+  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    if (v.is_null()) return std::nullopt;
+    int n = 0;
+    if (auto e = read_int(v, key.c_str(), 1, 1 << 24, n)) return e;
+    if (key == "max_completion_tokens" || out.max_tokens == 0) out.max_tokens = n;
+  } else if (key == "temperature") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 2)
+      return invalid("'temperature' must be a number between 0 and 2.", "temperature");
+    out.temperature = v.get<double>();
+  } else if (key == "top_p") {
+    if (!v.is_null() && (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1))
+      return invalid("'top_p' must be a number between 0 and 1.", "top_p");
+  } else if (key == "seed") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return invalid("'seed' must be an integer.", "seed");
+    out.seed = v.is_number_unsigned() ? v.get<std::uint64_t>() : static_cast<std::uint64_t>(v.get<std::int64_t>());
+  } else if (key == "stop") {
+    if (v.is_null()) return std::nullopt;
+    if (v.is_string()) {
+      out.stop = {v.get<std::string>()};
+    } else if (v.is_array() && v.size() <= 4) {
+      for (const json& s : v) {
+        if (!s.is_string()) return invalid("'stop' must be a string or an array of up to 4 strings.", "stop");
+        out.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return invalid("'stop' must be a string or an array of up to 4 strings.", "stop");
+    }
+    for (const auto& s : out.stop)
+      if (s.empty()) return invalid("'stop' strings must not be empty.", "stop");
+  } else if (key == "n") {
+    if (!v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1))
+      return invalid("Only n = 1 is supported.", "n");
+  } else if (key == "stream_options") {
+    if (!v.is_null() && !v.is_object()) return invalid("'stream_options' must be an object.", "stream_options");
+  } else if (key == "user") {
+    if (!v.is_string()) return invalid("'user' must be a string.", "user");
+  } else if (key == "presence_penalty" || key == "frequency_penalty") {
+    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0))
+      return invalid("'" + key + "' is not supported; leave it out or set it to 0.", key);
+  } else if (key == "logprobs") {
+    if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return invalid("'logprobs' is not supported.", "logprobs");
+  } else {
+    return invalid("Unrecognized request argument supplied: " + key, key);
+  }
+  return std::nullopt;
+}
+
+void put_usage(std::string& out, const completion_usage& u) {
+  out += "\"usage\":{\"prompt_tokens\":" + std::to_string(u.prompt_tokens) +
+         ",\"completion_tokens\":" + std::to_string(u.completion_tokens) +
+         ",\"total_tokens\":" + std::to_string(u.prompt_tokens + u.completion_tokens) +
+         ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(u.cached_tokens) +
+         "}},\"model_version\":" + json_quote(u.model_version) +
+         ",\"region\":" + json_quote(u.region) + ",\"replica_id\":" + json_quote(u.replica_id);
+  char ttft[48];
+  std::snprintf(ttft, sizeof ttft, ",\"kiln\":{\"engine_ttft_ms\":%.3f}", u.engine_ttft_ms);
+  out += ttft;
+}
+
+std::string chunk_head(const completion_meta& m) {
+  return "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion.chunk\",\"created\":" +
+         std::to_string(m.created) + ",\"model\":" + json_quote(m.model) + ",\"choices\":[";
+}
+
+}  // namespace
+
+std::string json_quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = utf8_len(s, i);
+    if (n == 0) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+  return out;
+}
+
+std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
+  json doc = json::parse(body, nullptr, false);
+  if (doc.is_discarded())
+    return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
+  if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
+  chat_params out;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (auto e = read_field(it.key(), it.value(), out)) return *e;
+  }
+  if (out.model.empty()) return invalid("you must provide a model parameter", "model");
+  if (out.messages.empty()) return invalid("'messages' is a required property.", "messages");
+  return out;
+}
+
+std::string error_json(const api_error& e) {
+  auto opt = [](const std::string& s) { return s.empty() ? std::string("null") : json_quote(s); };
+  return "{\"error\":{\"message\":" + json_quote(e.message) + ",\"type\":" + json_quote(e.type) +
+         ",\"param\":" + opt(e.param) + ",\"code\":" + opt(e.code) + "}}";
+}
+
+std::string chunk_role_json(const completion_meta& m) {
+  return chunk_head(m) + "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}";
+}
+
+std::string chunk_content_json(const completion_meta& m, std::string_view text) {
+  return chunk_head(m) + "{\"index\":0,\"delta\":{\"content\":" + json_quote(text) + "},\"finish_reason\":null}]}";
+}
+
+std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason) {
+  return chunk_head(m) + "{\"index\":0,\"delta\":{},\"finish_reason\":" + json_quote(finish_reason) + "}]}";
+}
+
+std::string chunk_usage_json(const completion_meta& m, const completion_usage& u) {
+  std::string out = chunk_head(m) + "],";
+  put_usage(out, u);
+  out += "}";
+  return out;
+}
+
+std::string completion_json(const completion_meta& m, std::string_view text,
+                            std::string_view finish_reason, const completion_usage& u) {
+  std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion\",\"created\":" +
+                    std::to_string(m.created) + ",\"model\":" + json_quote(m.model) +
+                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" +
+                    json_quote(text) + "},\"finish_reason\":" + json_quote(finish_reason) + "}],";
+  put_usage(out, u);
+  out += "}";
+  return out;
+}
+
+std::string models_json(const config::kiln_config& cfg, std::int64_t created) {
+  json data = json::array();
+  for (const auto& p : cfg.pools) {
+    data.push_back({{"id", p.model}, {"object", "model"}, {"created", created}, {"owned_by", "kiln"},
+                    {"version", p.version}, {"replicas", p.replicas}});
+  }
+  return json{{"object", "list"}, {"data", data}}.dump();
+}
+
+}  // namespace kiln::net

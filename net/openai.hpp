@@ -1,0 +1,67 @@
+#pragma once
+// OpenAI wire format: request validation and the JSON kiln answers with. No networking here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "config/config.hpp"
+#include "engine/tokenizer.hpp"
+
+namespace kiln::net {
+
+/// An error as the client sees it: HTTP status plus the OpenAI error object's fields.
+struct api_error {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  ///< empty: null
+  std::string code;   ///< empty: null
+};
+
+/// A validated POST /v1/chat/completions body.
+struct chat_params {
+  std::string model;
+  std::vector<engine::chat_message> messages;
+  bool stream = false;
+  int max_tokens = 0;  ///< 0: the pool's default
+  double temperature = 1.0;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+};
+
+std::variant<chat_params, api_error> parse_chat_request(std::string_view body);
+
+/// {"error":{"message","type","param","code"}}
+std::string error_json(const api_error& e);
+/// JSON string literal (quotes included) of arbitrary bytes; invalid UTF-8 becomes U+FFFD.
+std::string json_quote(std::string_view s);
+
+/// What every chunk and completion of one request has in common.
+struct completion_meta {
+  std::string id;       ///< "chatcmpl-..."
+  std::int64_t created = 0;
+  std::string model;
+};
+
+struct completion_usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  std::string model_version;
+  std::string region;
+  std::string replica_id;
+  double engine_ttft_ms = 0;
+};
+
+std::string chunk_role_json(const completion_meta& m);
+std::string chunk_content_json(const completion_meta& m, std::string_view text);
+std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason);
+std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
+std::string completion_json(const completion_meta& m, std::string_view text,
+                            std::string_view finish_reason, const completion_usage& u);
+std::string models_json(const config::kiln_config& cfg, std::int64_t created);
+
+}  // namespace kiln::net

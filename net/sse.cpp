@@ -1,0 +1,29 @@
+#include "net/sse.hpp"
+
+#include <cstdio>
+
+namespace kiln::net {
+
+void append_sse_event(std::string& out, std::string_view payload) {
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t nl = payload.find('\n', start);
+    out += "data: ";
+    out += payload.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    out += '\n';
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  out += '\n';
+}
+
+void append_http_chunk(std::string& out, std::string_view bytes) {
+  if (bytes.empty()) return;
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+  out.append(size, static_cast<std::size_t>(n));
+  out += bytes;
+  out += "\r\n";
+}
+
+}  // namespace kiln::net

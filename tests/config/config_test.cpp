@@ -1,0 +1,69 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "config/config.hpp"
+
+using namespace kiln::config;
+
+namespace {
+
+std::string error_of(const std::string& text) {
+  auto r = parse_config(text, "test.toml");
+  auto* e = std::get_if<config_error>(&r);
+  return e ? e->message : std::string();
+}
+
+const std::string kMinimal = R"(
+[[teams]]
+name = "t"
+api_key = "k"
+[[pools]]
+model = "m"
+version = "v"
+)";
+
+}  // namespace
+
+TEST_CASE("config: the embedded default describes region local, chat-7b@v1 and two teams") {
+  auto r = parse_config(embedded_default_config(), "<embedded>");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const kiln_config& c = std::get<kiln_config>(r);
+  CHECK(c.region == "local");
+  REQUIRE(c.pools.size() == 1);
+  CHECK(c.pools[0].model == "chat-7b");
+  CHECK(c.pools[0].version == "v1");
+  CHECK(c.pools[0].replicas > 1);
+  CHECK(c.pools[0].gpu.hbm_bytes_per_s == doctest::Approx(4.8e12));
+  CHECK(c.teams.size() == 2);
+  CHECK(c.team_by_key(c.teams[1].api_key) == &c.teams[1]);
+  CHECK(c.team_by_key("nope") == nullptr);
+  CHECK(c.source == embedded_default_config());
+}
+
+TEST_CASE("config: defaults fill what a file leaves out, overrides apply") {
+  auto r = parse_config(kMinimal + "[pools.gpu]\nend_to_end_efficiency = 0.3\n", "t");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const auto& p = std::get<kiln_config>(r).pools[0];
+  CHECK(p.gpu.end_to_end_efficiency == doctest::Approx(0.3));
+  CHECK(p.gpu.bandwidth_efficiency == doctest::Approx(0.7));
+  CHECK(p.replicas == 1);
+}
+
+TEST_CASE("config: bad input gives one clear line naming the place") {
+  CHECK(error_of(kMinimal + "[server]\nprot = 1\n") == "test.toml: server.prot: unknown key");
+  CHECK(error_of(kMinimal + "[server]\nport = \"x\"\n") == "test.toml: server.port must be a number");
+  CHECK(error_of(kMinimal + "[server]\nport = 70000\n").find("server.port must be between 0 and 65535") != std::string::npos);
+  CHECK(error_of(kMinimal + "[server]\nport = 1.5\n") == "test.toml: server.port must be an integer");
+  CHECK(error_of("region = \n").rfind("test.toml:1:", 0) == 0);
+  CHECK(error_of(kMinimal + "[[teams]]\nname = \"u\"\napi_key = \"k\"\n") == "test.toml: teams[1].api_key is used by another team");
+  CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"w\"\n") == "test.toml: pools[1].model \"m\" is defined twice");
+  CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n") == "test.toml: pools: at least one [[pools]] entry is required");
+  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\" (got \"gpu\")");
+  CHECK(error_of(kMinimal + "replicas = 0\n").find("pools[0].replicas must be between 1") != std::string::npos);
+  CHECK(error_of(kMinimal + "[pools.sim_text]\nmin_output_tokens = 9\nmax_output_tokens = 3\n") ==
+        "test.toml: pools[0].sim_text.max_output_tokens must be at least min_output_tokens");
+  auto missing = load_config_file("/nonexistent/kiln.toml");
+  REQUIRE(std::holds_alternative<config_error>(missing));
+  CHECK(std::get<config_error>(missing).message == "/nonexistent/kiln.toml: cannot open config file");
+}

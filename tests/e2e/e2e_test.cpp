@@ -1,0 +1,254 @@
+// End to end: the real `kiln serve` process on port 0, driven over loopback.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+
+using namespace kiln::test;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kAuth = {"Authorization: Bearer key-search"};
+
+// One server shared by the cases that do not stop it.
+kiln_process& server() {
+  static kiln_process p(test_config());
+  return p;
+}
+
+std::string chat_body(bool stream, int max_tokens, const std::string& extra = "") {
+  return std::string("{\"model\":\"chat-7b\",\"stream\":") + (stream ? "true" : "false") +
+         ",\"max_tokens\":" + std::to_string(max_tokens) +
+         ",\"messages\":[{\"role\":\"user\",\"content\":\"Hello there kiln\"}]" + extra + "}";
+}
+
+double metric_sum(const std::string& text, const std::string& name) {
+  double sum = 0;
+  std::regex line("^" + name + "(\\{[^}]*\\})? ([-0-9.e+]+)$");
+  std::smatch m;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string l = text.substr(pos, end - pos);
+    if (std::regex_match(l, m, line)) sum += std::stod(m[2]);
+    pos = end + 1;
+  }
+  return sum;
+}
+
+double metric(int port, const std::string& name) {
+  return metric_sum(request(port, "GET", "/metrics").body, name);
+}
+
+void check_error(const http_response& r, int status, const std::string& param = "") {
+  CHECK(r.status == status);
+  const json e = json::parse(r.body, nullptr, false);
+  REQUIRE_FALSE(e.is_discarded());
+  REQUIRE(e.contains("error"));
+  CHECK(e["error"]["message"].is_string());
+  CHECK(e["error"]["type"].is_string());
+  if (param.empty()) CHECK(e["error"]["param"].is_null());
+  else CHECK(e["error"]["param"] == param);
+  // The server keeps serving.
+  CHECK(request(server().port(), "GET", "/healthz").status == 200);
+}
+
+}  // namespace
+
+TEST_CASE("e2e: a streamed completion: role, content deltas, finish, usage, [DONE]") {
+  const http_response r = request(server().port(), "POST", "/v1/chat/completions", chat_body(true, 8), kAuth);
+  REQUIRE(r.status == 200);
+  CHECK(r.headers.at("content-type") == "text/event-stream");
+  const auto events = sse_data(r.body);
+  REQUIRE(events.size() >= 5);
+  CHECK(events.back() == "[DONE]");
+  const json first = json::parse(events[0]);
+  CHECK(first["object"] == "chat.completion.chunk");
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  std::string text;
+  int deltas = 0;
+  for (std::size_t i = 1; i + 3 < events.size(); ++i) {
+    const json c = json::parse(events[i]);
+    CHECK(c["id"] == first["id"]);
+    CHECK(c["choices"][0]["finish_reason"].is_null());
+    text += c["choices"][0]["delta"]["content"].get<std::string>();
+    ++deltas;
+  }
+  CHECK(deltas == 8);  // one per token
+  const json fin = json::parse(events[events.size() - 3]);
+  CHECK(fin["choices"][0]["finish_reason"] == "length");
+  const json usage = json::parse(events[events.size() - 2]);
+  CHECK(usage["usage"]["completion_tokens"] == 8);
+  CHECK(usage["usage"]["prompt_tokens"].get<int>() > 0);
+  CHECK(usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"].get<int>() + 8);
+  CHECK(usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  CHECK(usage["model_version"] == "v1");
+  CHECK(usage["region"] == "local");
+  CHECK(usage["replica_id"].get<std::string>().rfind("chat-7b-v1-r", 0) == 0);
+  CHECK_FALSE(text.empty());
+}
+
+TEST_CASE("e2e: non-streaming completion, seeded and greedy answers repeat, stop strings cut") {
+  const int port = server().port();
+  const http_response r = request(port, "POST", "/v1/chat/completions", chat_body(false, 6, ",\"seed\":5"), kAuth);
+  REQUIRE(r.status == 200);
+  const json c = json::parse(r.body);
+  CHECK(c["object"] == "chat.completion");
+  CHECK(c["choices"][0]["message"]["role"] == "assistant");
+  CHECK(c["choices"][0]["finish_reason"] == "length");
+  CHECK(c["usage"]["completion_tokens"] == 6);
+  const std::string text = c["choices"][0]["message"]["content"];
+  const json again = json::parse(request(port, "POST", "/v1/chat/completions", chat_body(false, 6, ",\"seed\":5"), kAuth).body);
+  CHECK(again["choices"][0]["message"]["content"] == text);
+  // Stop at the third word.
+  std::size_t cut = 0;
+  for (int i = 0; i < 3; ++i) cut = text.find(' ', cut + 1);
+  REQUIRE(cut != std::string::npos);
+  const std::string stop = text.substr(cut, text.find(' ', cut + 1) - cut);
+  const json stopped = json::parse(request(port, "POST", "/v1/chat/completions",
+                                           chat_body(false, 6, ",\"seed\":5,\"stop\":" + json(stop).dump()), kAuth).body);
+  CHECK(stopped["choices"][0]["finish_reason"] == "stop");
+  CHECK(stopped["choices"][0]["message"]["content"] == text.substr(0, text.find(stop)));
+}
+
+TEST_CASE("e2e: models, health and metrics") {
+  const int port = server().port();
+  const http_response models = request(port, "GET", "/v1/models", "", kAuth);
+  REQUIRE(models.status == 200);
+  const json m = json::parse(models.body);
+  CHECK(m["object"] == "list");
+  CHECK(m["data"][0]["id"] == "chat-7b");
+  check_error(request(port, "GET", "/v1/models"), 401);
+  CHECK(request(port, "GET", "/healthz").status == 200);
+  const http_response metrics = request(port, "GET", "/metrics");
+  CHECK(metrics.status == 200);
+  CHECK(metrics.headers.at("content-type").rfind("text/plain", 0) == 0);
+  for (const char* name : {"kiln_requests_total", "kiln_tokens_streamed_total", "kiln_open_streams",
+                           "kiln_engine_running_sequences", "kiln_engine_waiting_sequences"})
+    CHECK(metrics.body.find(std::string("# TYPE ") + name) != std::string::npos);
+}
+
+TEST_CASE("e2e: the error table, each answered with an OpenAI error object") {
+  const int port = server().port();
+  const std::string ok = chat_body(false, 3);
+  check_error(request(port, "POST", "/v1/chat/completions", ok), 401);
+  check_error(request(port, "POST", "/v1/chat/completions", ok, {"Authorization: Bearer nope"}), 401);
+  check_error(request(port, "POST", "/v1/chat/completions",
+                      "{\"model\":\"gpt-9\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", kAuth), 404, "model");
+  check_error(request(port, "POST", "/v1/chat/completions", "{\"model\":", kAuth), 400);
+  check_error(request(port, "POST", "/v1/chat/completions", chat_body(false, 3, ",\"temperature\":9"), kAuth), 400, "temperature");
+  check_error(request(port, "POST", "/v1/chat/completions", chat_body(false, 3, ",\"n\":2"), kAuth), 400, "n");
+  check_error(request(port, "POST", "/v1/chat/completions", ok, {"Authorization: Bearer key-search", "x-priority: urgent"}), 400, "x-priority");
+  const http_response wrong_method = request(port, "GET", "/v1/chat/completions", "", kAuth);
+  check_error(wrong_method, 405);
+  CHECK(wrong_method.headers.at("allow") == "POST");
+  check_error(request(port, "GET", "/v2/nothing"), 404);
+  check_error(request(port, "POST", "/v1/chat/completions", std::string(5000, ' '), kAuth), 413);
+  check_error(request(port, "GET", "/healthz", "", {"X-Big: " + std::string(2000, 'h')}), 431);
+  // Context over the pool's limit.
+  check_error(request(port, "POST", "/v1/chat/completions", chat_body(false, 40000), kAuth), 400, "messages");
+}
+
+TEST_CASE("e2e: a request that does not arrive in time is closed; garbage gets 400") {
+  const int port = server().port();
+  http_conn slow(port);
+  slow.send_raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n");  // never finished
+  CHECK(slow.closed_within(3000));
+  http_conn idle(port);
+  CHECK(idle.closed_within(3000));
+  http_conn junk(port);
+  junk.send_raw("NOT HTTP AT ALL\r\n\r\n");
+  check_error(junk.read_response(), 400);
+}
+
+TEST_CASE("e2e: keep-alive serves several requests on one connection") {
+  http_conn c(server().port());
+  for (int i = 0; i < 3; ++i) {
+    c.send_raw(make_request("POST", "/v1/chat/completions", chat_body(i % 2 == 0, 4), kAuth, true));
+    const http_response r = c.read_response();
+    CHECK(r.status == 200);
+    CHECK(r.headers.at("connection") == "keep-alive");
+  }
+  c.send_raw(make_request("GET", "/healthz", "", {}, true));
+  CHECK(c.read_response().status == 200);
+}
+
+TEST_CASE("e2e: 50 concurrent streams all complete") {
+  const int port = server().port();
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 50; ++i) {
+    threads.emplace_back([&, i] {
+      const http_response r = request(port, "POST", "/v1/chat/completions", chat_body(true, 30 + i % 7), kAuth);
+      const auto ev = sse_data(r.body);
+      if (r.status != 200 || ev.size() < 3 || ev.back() != "[DONE]") return;
+      const json usage = json::parse(ev[ev.size() - 2], nullptr, false);
+      if (!usage.is_discarded() && usage["usage"]["completion_tokens"] == 30 + i % 7) ++done;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(done == 50);
+}
+
+TEST_CASE("e2e: a client that disconnects mid-stream frees its engine slot") {
+  const int port = server().port();
+  // Let earlier cases' sequences drain.
+  for (int i = 0; i < 200 && metric(port, "kiln_engine_running_sequences") > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(metric(port, "kiln_engine_running_sequences") == 0);
+  auto c = std::make_unique<http_conn>(port);
+  c->send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 20000), kAuth));
+  REQUIRE(c->read_head().status == 200);
+  REQUIRE_FALSE(c->read_some().empty());
+  CHECK(metric(port, "kiln_engine_running_sequences") == 1);
+  CHECK(metric(port, "kiln_open_streams") == 1);
+  c.reset();  // the client goes away
+  double running = 1;
+  for (int i = 0; i < 100 && running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    running = metric(port, "kiln_engine_running_sequences");
+  }
+  CHECK(running == 0);
+  CHECK(metric(port, "kiln_engine_tokens_in_flight") == 0);
+  CHECK(metric(port, "kiln_open_streams") == 0);
+  CHECK(metric_sum(request(port, "GET", "/metrics").body, "kiln_requests_total\\{status=\"499\"\\}") >= 1);
+}
+
+TEST_CASE("e2e: SIGTERM lets open streams finish, refuses new connections, exits 0") {
+  kiln_process p(test_config(1, 400, 3000));
+  http_conn c(p.port());
+  c.send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 60), kAuth));
+  REQUIRE(c.read_head().status == 200);
+  p.signal(SIGTERM);
+  std::string body;
+  for (std::string s = c.read_some(); !s.empty(); s = c.read_some()) body += s;
+  CHECK(body.find("data: [DONE]") != std::string::npos);
+  CHECK(body.find("\"completion_tokens\":60") != std::string::npos);
+  CHECK(p.wait_exit(5000) == 0);
+  CHECK_FALSE(http_conn(p.port()).ok());
+}
+
+TEST_CASE("e2e: after the grace period a stream still open ends with an error event") {
+  kiln_process p(test_config(1, 400, 300));
+  http_conn c(p.port());
+  c.send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 20000), kAuth));
+  REQUIRE(c.read_head().status == 200);
+  p.signal(SIGINT);
+  std::string body;
+  for (std::string s = c.read_some(); !s.empty(); s = c.read_some()) body += s;
+  CHECK(body.find("\"code\":\"shutting_down\"") != std::string::npos);
+  CHECK(body.find("data: [DONE]") != std::string::npos);
+  CHECK(p.wait_exit(5000) == 0);
+}

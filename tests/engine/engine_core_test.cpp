@@ -1,0 +1,149 @@
+// The engine core on the sim executor: stopping rules, determinism, cancellation.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+
+#include "engine/engine_core.hpp"
+#include "engine/sim_executor.hpp"
+
+using namespace kiln::engine;
+
+namespace {
+
+std::unique_ptr<engine_core> make_core(sim_text text = {16, 400}, scheduler_limits limits = {2048, 64},
+                                       std::uint64_t salt = 7) {
+  auto tok = std::make_shared<word_tokenizer>();
+  auto exec = std::make_unique<sim_executor>(cost_model({}, {}), text, tok->vocab_size(), tok->eos());
+  return std::make_unique<engine_core>(limits, std::move(exec), tok, salt);
+}
+
+struct run_result {
+  std::string text;
+  finish_reason finish = finish_reason::none;
+  usage u;
+  int steps = 0;
+  double seconds = 0;
+};
+
+run_result run_one(engine_core& core, const std::string& prompt, sampling_params sp, seq_id id = 1) {
+  core.add({id, core.tok().encode(prompt), sp, priority::standard});
+  run_result r;
+  while (!core.idle()) {
+    step_result step = core.step();
+    ++r.steps;
+    r.seconds += step.seconds;
+    for (auto& out : step.outputs) {
+      REQUIRE(out.id == id);
+      CHECK(r.finish == finish_reason::none);  // exactly one finish
+      r.text += out.text;
+      if (out.finish != finish_reason::none) {
+        r.finish = out.finish;
+        r.u = out.usage;
+      }
+    }
+  }
+  return r;
+}
+
+sampling_params greedy(int max_tokens) {
+  sampling_params sp;
+  sp.max_tokens = max_tokens;
+  sp.temperature = 0;
+  return sp;
+}
+
+}  // namespace
+
+TEST_CASE("engine core: max_tokens ends with length and exact usage") {
+  auto core = make_core();
+  const run_result r = run_one(*core, "the kiln is warm", greedy(7));
+  CHECK(r.finish == finish_reason::length);
+  CHECK(r.u.completion_tokens == 7);
+  CHECK(r.u.prompt_tokens == 4);
+  CHECK(r.steps == 7);  // one prefill step that samples, then six decodes
+  CHECK(r.seconds > 0);
+  CHECK_FALSE(r.text.empty());
+}
+
+TEST_CASE("engine core: eos at the generator's natural length ends with stop") {
+  auto core = make_core({3, 3});
+  const run_result r = run_one(*core, "hello", greedy(100));
+  CHECK(r.finish == finish_reason::stop);
+  CHECK(r.u.completion_tokens == 4);  // three words, then eos
+}
+
+TEST_CASE("engine core: greedy and seeded sampling are deterministic; unseeded varies") {
+  auto a = make_core({16, 400}, {2048, 64}, 1);
+  auto b = make_core({16, 400}, {2048, 64}, 2);
+  CHECK(run_one(*a, "same prompt", greedy(20)).text == run_one(*b, "same prompt", greedy(20)).text);
+  CHECK(run_one(*a, "same prompt", greedy(20)).text != run_one(*a, "another prompt", greedy(20)).text);
+  sampling_params seeded = greedy(20);
+  seeded.temperature = 0.8;
+  seeded.seed = 42;
+  const std::string s42 = run_one(*a, "p", seeded).text;
+  CHECK(run_one(*b, "p", seeded).text == s42);
+  seeded.seed = 43;
+  CHECK(run_one(*b, "p", seeded).text != s42);
+  sampling_params unseeded = seeded;
+  unseeded.seed.reset();
+  CHECK(run_one(*a, "p", unseeded, 1).text != run_one(*a, "p", unseeded, 2).text);
+}
+
+TEST_CASE("engine core: a stop string ends the answer before it and is never streamed") {
+  auto core = make_core();
+  const std::string full = run_one(*core, "tell me", greedy(40)).text;
+  // A word from the middle of the answer becomes the stop string.
+  const auto cut = full.find(' ', full.size() / 2);
+  REQUIRE(cut != std::string::npos);
+  const auto next = full.find(' ', cut + 1);
+  const std::string stop = full.substr(cut, next == std::string::npos ? std::string::npos : next - cut);
+  sampling_params sp = greedy(40);
+  sp.stop = {stop};
+  const run_result r = run_one(*core, "tell me", sp);
+  CHECK(r.finish == finish_reason::stop);
+  CHECK(r.text == full.substr(0, full.find(stop)));
+  CHECK(r.text.find(stop) == std::string::npos);
+}
+
+TEST_CASE("engine core: safe_emit_end holds back a possible stop-string start") {
+  std::size_t hit = 0;
+  CHECK(safe_emit_end("hello wor", 0, {"world"}, hit) == 6);
+  CHECK(hit == std::string::npos);
+  CHECK(safe_emit_end("hello world!", 0, {"world"}, hit) == 6);
+  CHECK(hit == 0);
+  CHECK(safe_emit_end("abc", 0, {"x", "bc"}, hit) == 1);
+  CHECK(safe_emit_end("abc", 0, {}, hit) == 3);
+}
+
+TEST_CASE("engine core: cancel frees the sequence at once") {
+  auto core = make_core();
+  core->add({1, core->tok().encode("a b c"), greedy(100), priority::standard});
+  core->add({2, core->tok().encode("d e f"), greedy(100), priority::standard});
+  core->step();
+  CHECK(core->running() == 2);
+  const auto before = core->tokens_in_flight();
+  CHECK(core->cancel(1));
+  CHECK_FALSE(core->cancel(1));
+  CHECK(core->running() == 1);
+  CHECK(core->tokens_in_flight() < before);
+  const step_result s = core->step();
+  REQUIRE(s.outputs.size() == 1);
+  CHECK(s.outputs[0].id == 2);
+}
+
+TEST_CASE("word tokenizer: known words round-trip, unknown words hash stably") {
+  word_tokenizer t;
+  const auto ids = t.encode("the kiln, warm");
+  REQUIRE(ids.size() == 4);
+  std::string text;
+  for (auto id : ids) text += t.decode(id);
+  CHECK(text == " the kiln, warm");
+  const auto unknown = t.encode("zyzzyva zyzzyva");
+  REQUIRE(unknown.size() == 2);
+  CHECK(unknown[0] == unknown[1]);
+  CHECK(unknown[0] >= t.vocab_size());
+  CHECK(t.decode(t.eos()).empty());
+  CHECK(render_chat_prompt({{"system", "be brief"}, {"user", "hi"}}) ==
+        "<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n");
+}

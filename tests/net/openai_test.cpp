@@ -1,0 +1,115 @@
+// Request validation as a table, and the JSON shapes of chunks, completions and errors.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "net/openai.hpp"
+
+using namespace kiln::net;
+using nlohmann::json;
+
+namespace {
+
+const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string body(const std::string& extra) {
+  return "{\"model\":\"chat-7b\"," + kMsgs + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("openai: invalid requests name the parameter") {
+  struct row {
+    std::string body;
+    std::string param;  // "" = null
+    std::string code;
+  };
+  const row table[] = {
+      {"{", "", "invalid_json"},
+      {"[1,2]", "", "invalid_json"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "model", ""},
+      {"{\"model\":\"m\"}", "messages", ""},
+      {"{\"model\":\"m\",\"messages\":[]}", "messages", ""},
+      {"{\"model\":\"m\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages[0].role", ""},
+      {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content", ""},
+      {"{\"model\":3," + kMsgs + "}", "model", ""},
+      {body("\"n\":2"), "n", ""},
+      {body("\"temperature\":3"), "temperature", ""},
+      {body("\"temperature\":\"hot\""), "temperature", ""},
+      {body("\"max_tokens\":0"), "max_tokens", ""},
+      {body("\"max_tokens\":1.5"), "max_tokens", ""},
+      {body("\"max_completion_tokens\":-1"), "max_completion_tokens", ""},
+      {body("\"stream\":\"yes\""), "stream", ""},
+      {body("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop", ""},
+      {body("\"stop\":[1]"), "stop", ""},
+      {body("\"seed\":\"x\""), "seed", ""},
+      {body("\"top_p\":2"), "top_p", ""},
+      {body("\"logprobs\":true"), "logprobs", ""},
+      {body("\"tools\":[]"), "tools", ""},
+  };
+  for (const auto& r : table) {
+    CAPTURE(r.body);
+    auto res = parse_chat_request(r.body);
+    REQUIRE(std::holds_alternative<api_error>(res));
+    const auto& e = std::get<api_error>(res);
+    CHECK(e.status == 400);
+    CHECK(e.type == "invalid_request_error");
+    CHECK(e.param == r.param);
+    if (!r.code.empty()) CHECK(e.code == r.code);
+    CHECK_FALSE(e.message.empty());
+  }
+}
+
+TEST_CASE("openai: a valid request with every supported field") {
+  auto res = parse_chat_request(R"({"model":"chat-7b","messages":[{"role":"system","content":"s"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+      "stream":true,"max_tokens":9,"max_completion_tokens":12,"temperature":0,"seed":7,"stop":"END",
+      "n":1,"top_p":0.9,"stream_options":{"include_usage":true},"user":"u"})");
+  REQUIRE(std::holds_alternative<chat_params>(res));
+  const auto& p = std::get<chat_params>(res);
+  CHECK(p.model == "chat-7b");
+  REQUIRE(p.messages.size() == 2);
+  CHECK(p.messages[1].content == "ab");
+  CHECK(p.stream);
+  CHECK(p.max_tokens == 12);  // max_completion_tokens wins
+  CHECK(p.temperature == 0);
+  CHECK(p.seed == 7u);
+  REQUIRE(p.stop.size() == 1);
+  CHECK(p.stop[0] == "END");
+}
+
+TEST_CASE("openai: error object and chunk shapes") {
+  const json e = json::parse(error_json({401, "invalid_request_error", "bad key", "", "invalid_api_key"}));
+  CHECK(e["error"]["message"] == "bad key");
+  CHECK(e["error"]["param"].is_null());
+  CHECK(e["error"]["code"] == "invalid_api_key");
+
+  const completion_meta m{"chatcmpl-1", 1700000000, "chat-7b"};
+  const json role = json::parse(chunk_role_json(m));
+  CHECK(role["object"] == "chat.completion.chunk");
+  CHECK(role["choices"][0]["delta"]["role"] == "assistant");
+  const json content = json::parse(chunk_content_json(m, "a \"q\"\n\x01"));
+  CHECK(content["choices"][0]["delta"]["content"] == "a \"q\"\n\x01");
+  const json fin = json::parse(chunk_finish_json(m, "length"));
+  CHECK(fin["choices"][0]["finish_reason"] == "length");
+  const completion_usage u{11, 5, 3, "v1", "local", "r0", 9.5};
+  const json usage = json::parse(chunk_usage_json(m, u));
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["total_tokens"] == 16);
+  CHECK(usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 3);
+  CHECK(usage["model_version"] == "v1");
+  CHECK(usage["region"] == "local");
+  CHECK(usage["replica_id"] == "r0");
+  const json full = json::parse(completion_json(m, "hello", "stop", u));
+  CHECK(full["object"] == "chat.completion");
+  CHECK(full["choices"][0]["message"]["content"] == "hello");
+  CHECK(full["usage"]["completion_tokens"] == 5);
+}
+
+TEST_CASE("openai: json_quote escapes and repairs invalid UTF-8") {
+  CHECK(json_quote("é") == "\"é\"");
+  CHECK(json_quote("\xff") == "\"\\ufffd\"");
+  CHECK(json_quote("\xe2\x82") == "\"\\ufffd\\ufffd\"");  // truncated sequence
+  CHECK(json_quote("\t\\") == "\"\\t\\\\\"");
+  CHECK(json::parse(json_quote("\xc0\xaf")).get<std::string>() == "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
+}

@@ -1,0 +1,49 @@
+#pragma once
+// A small blocking HTTP/1.1 client over loopback for the end-to-end tests: raw sockets,
+// Content-Length and chunked bodies, and SSE event splitting.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::test {
+
+struct http_response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  ///< names lower-cased
+  std::string body;
+};
+
+class http_conn {
+ public:
+  explicit http_conn(int port, int timeout_ms = 10000);
+  ~http_conn();
+  http_conn(const http_conn&) = delete;
+  http_conn& operator=(const http_conn&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  void send_raw(const std::string& bytes);
+  /// Reads one whole response; status 0 if the connection ended first.
+  http_response read_response();
+  /// Reads the status line and headers only.
+  http_response read_head();
+  std::string read_some();
+  /// True if the peer closes the connection within timeout_ms.
+  bool closed_within(int timeout_ms);
+  void close();
+
+ private:
+  bool fill();
+  std::string take_line();
+  std::string take(std::size_t n);
+  int fd_ = -1;
+  std::string buf_;
+};
+
+std::string make_request(const std::string& method, const std::string& path, const std::string& body,
+                         const std::vector<std::string>& headers = {}, bool keep_alive = false);
+http_response request(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                      const std::vector<std::string>& headers = {});
+/// The payloads of every "data:" line of an SSE body.
+std::vector<std::string> sse_data(const std::string& body);
+
+}  // namespace kiln::test

@@ -1,0 +1,110 @@
+#include "tests/support/kiln_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#ifndef KILN_BINARY
+#error "KILN_BINARY must name the kiln executable"
+#endif
+
+namespace kiln::test {
+
+kiln_process::kiln_process(const std::string& config_toml) {
+  char tmpl[] = "/tmp/kiln-test-XXXXXX";
+  const int cfd = ::mkstemp(tmpl);
+  if (cfd < 0) throw std::runtime_error("mkstemp failed");
+  ::close(cfd);
+  config_path_ = tmpl;
+  std::ofstream(config_path_) << config_toml;
+
+  int out[2];
+  if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    if (!std::getenv("KILN_TEST_LOG")) ::dup2(devnull, STDERR_FILENO);
+    ::close(out[0]);
+    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", "0", nullptr);
+    std::_Exit(127);
+  }
+  ::close(out[1]);
+  // Banner: "kiln serving on http://HOST:PORT (region ...)".
+  std::string banner;
+  char c;
+  while (banner.find('\n') == std::string::npos && ::read(out[0], &c, 1) == 1) banner += c;
+  // Keep draining stdout so the child never blocks on a full pipe.
+  std::thread([fd = out[0]] {
+    char buf[4096];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+    ::close(fd);
+  }).detach();
+  const auto at = banner.rfind(':', banner.find(" (region"));
+  if (banner.rfind("kiln serving on", 0) != 0 || at == std::string::npos)
+    throw std::runtime_error("kiln did not start: '" + banner + "'");
+  port_ = std::atoi(banner.c_str() + at + 1);
+}
+
+kiln_process::~kiln_process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::remove(config_path_.c_str());
+}
+
+void kiln_process::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int kiln_process::wait_exit(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+std::string test_config(int replicas, int request_timeout_ms, int grace_ms) {
+  return R"(region = "local"
+[server]
+host = "127.0.0.1"
+port = 0
+max_body_bytes = 4096
+max_header_bytes = 1024
+request_timeout_ms = )" + std::to_string(request_timeout_ms) + R"(
+shutdown_grace_ms = )" + std::to_string(grace_ms) + R"(
+[[teams]]
+name = "search"
+api_key = "key-search"
+[[teams]]
+name = "assistant"
+api_key = "key-assistant"
+[[pools]]
+model = "chat-7b"
+version = "v1"
+replicas = )" + std::to_string(replicas) + R"(
+max_tokens_per_step = 2048
+max_running = 128
+[pools.sim_text]
+min_output_tokens = 200
+max_output_tokens = 400
+)";
+}
+
+}  // namespace kiln::test
