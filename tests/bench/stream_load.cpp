@@ -1,0 +1,264 @@
+// stream_load: N concurrent streaming chat completions against a running kiln.
+// Closed loop: N slots (opened at --ramp per second), each starting a new stream when its
+// last one ends, for --duration seconds. Prints delivered tokens/s, TTFT percentiles, the
+// TTFT overhead beyond the engine's own time to first token, per-stream token rate, and
+// kiln's CPU seconds per million streamed tokens (from /proc/PID/stat, with --pid).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct options {
+  int port = 8080;
+  int pid = 0;
+  int streams = 100;
+  double duration_s = 20;
+  double ramp_per_s = 100;
+  int prompt_words = 1200;
+  int max_tokens = 300;
+  std::string key = "kiln-search-local";
+  std::string model = "chat-7b";
+};
+
+struct sample {
+  double ttft_ms = 0;
+  double overhead_ms = 0;
+  double tokens_per_s = 0;
+  int tokens = 0;
+};
+
+struct stats {
+  std::vector<sample> done;
+  int failed = 0;
+  clock_type::time_point end_of_run;
+};
+
+double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double cpu_seconds(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double extract_number(const std::string& s, const std::string& key) {
+  const auto at = s.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::atof(s.c_str() + at + key.size() + 3);
+}
+
+class slot : public std::enable_shared_from_this<slot> {
+ public:
+  slot(asio::io_context& ioc, const options& o, const std::string& request, stats& st)
+      : sock_(ioc), opt_(o), request_(request), st_(st) {}
+
+  void start() {
+    if (clock_type::now() >= st_.end_of_run) return;
+    reset();
+    sock_ = tcp::socket(sock_.get_executor());
+    sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(opt_.port)),
+                        [self = shared_from_this()](boost::system::error_code ec) {
+                          if (ec) return self->fail();
+                          self->started_ = clock_type::now();
+                          asio::async_write(self->sock_, asio::buffer(self->request_),
+                                            [self](boost::system::error_code ec, std::size_t) {
+                                              if (ec) return self->fail();
+                                              self->read();
+                                            });
+                        });
+  }
+
+ private:
+  void reset() {
+    buf_.clear();
+    first_token_ = {};
+    engine_ttft_ms_ = -1;
+    tokens_ = 0;
+    got_done_ = false;
+  }
+
+  void read() {
+    sock_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      if (n) self->consume(n);
+      if (self->got_done_) return self->finish();
+      if (ec) return self->fail();
+      self->read();
+    });
+  }
+
+  void consume(std::size_t n) {
+    buf_.append(chunk_.data(), n);
+    std::size_t pos;
+    while ((pos = buf_.find("\n\n")) != std::string::npos) {
+      const std::string event = buf_.substr(0, pos);
+      buf_.erase(0, pos + 2);
+      const auto data = event.find("data: ");
+      if (data == std::string::npos) continue;
+      const std::string payload = event.substr(data + 6);
+      if (payload == "[DONE]") {
+        got_done_ = true;
+      } else if (payload.find("\"delta\":{\"content\":") != std::string::npos) {
+        if (first_token_ == clock_type::time_point{}) first_token_ = clock_type::now();
+      } else if (payload.find("\"usage\":") != std::string::npos) {
+        tokens_ = static_cast<int>(extract_number(payload, "completion_tokens"));
+        engine_ttft_ms_ = extract_number(payload, "engine_ttft_ms");
+      }
+    }
+  }
+
+  void finish() {
+    const auto now = clock_type::now();
+    boost::system::error_code ignored;
+    sock_.close(ignored);
+    if (first_token_ == clock_type::time_point{} || tokens_ <= 0) return fail();
+    sample s;
+    s.ttft_ms = seconds(first_token_ - started_) * 1e3;
+    s.overhead_ms = s.ttft_ms - engine_ttft_ms_;
+    s.tokens = tokens_;
+    const double stream_s = seconds(now - first_token_);
+    s.tokens_per_s = stream_s > 0 ? (tokens_ - 1) / stream_s : 0;
+    st_.done.push_back(s);
+    start();
+  }
+
+  void fail() {
+    boost::system::error_code ignored;
+    sock_.close(ignored);
+    ++st_.failed;
+    start();
+  }
+
+  tcp::socket sock_;
+  const options& opt_;
+  const std::string& request_;
+  stats& st_;
+  std::array<char, 16384> chunk_{};
+  std::string buf_;
+  clock_type::time_point started_, first_token_;
+  double engine_ttft_ms_ = -1;
+  int tokens_ = 0;
+  bool got_done_ = false;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: stream_load [--port N] [--pid PID] [--streams N] [--duration S] [--ramp PER_S]\n"
+               "                   [--prompt-words N] [--max-tokens N] [--key KEY] [--model M]\n");
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (i + 1 >= argc) usage();
+    const char* v = argv[++i];
+    if (f == "--port") o.port = std::atoi(v);
+    else if (f == "--pid") o.pid = std::atoi(v);
+    else if (f == "--streams") o.streams = std::atoi(v);
+    else if (f == "--duration") o.duration_s = std::atof(v);
+    else if (f == "--ramp") o.ramp_per_s = std::atof(v);
+    else if (f == "--prompt-words") o.prompt_words = std::atoi(v);
+    else if (f == "--max-tokens") o.max_tokens = std::atoi(v);
+    else if (f == "--key") o.key = v;
+    else if (f == "--model") o.model = v;
+    else usage();
+  }
+  if (o.streams <= 0 || o.duration_s <= 0 || o.ramp_per_s <= 0 || o.max_tokens <= 0) usage();
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opt = parse(argc, argv);
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  static const char* kWords[] = {"the", "kiln", "fire", "clay", "glaze", "bowl", "cup", "heat"};
+  std::string prompt;
+  for (int i = 0; i < opt.prompt_words; ++i) prompt += std::string(i ? " " : "") + kWords[i % 8];
+  const std::string body = "{\"model\":\"" + opt.model + "\",\"stream\":true,\"max_tokens\":" +
+                           std::to_string(opt.max_tokens) + ",\"messages\":[{\"role\":\"user\",\"content\":\"" +
+                           prompt + "\"}]}";
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                              opt.key + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+
+  asio::io_context ioc;
+  stats st;
+  const auto t0 = clock_type::now();
+  st.end_of_run = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opt.duration_s));
+  const double cpu0 = cpu_seconds(opt.pid);
+  std::vector<std::shared_ptr<slot>> slots;
+  std::vector<std::unique_ptr<asio::steady_timer>> timers;
+  for (int i = 0; i < opt.streams; ++i) {
+    auto s = std::make_shared<slot>(ioc, opt, request, st);
+    slots.push_back(s);
+    auto t = std::make_unique<asio::steady_timer>(ioc);
+    t->expires_at(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(i / opt.ramp_per_s)));
+    t->async_wait([s](boost::system::error_code ec) {
+      if (!ec) s->start();
+    });
+    timers.push_back(std::move(t));
+  }
+  ioc.run();
+  const double wall = seconds(clock_type::now() - t0);
+  const double cpu = cpu_seconds(opt.pid) - cpu0;
+
+  std::vector<double> ttft, overhead, rate;
+  long long tokens = 0;
+  for (const auto& s : st.done) {
+    ttft.push_back(s.ttft_ms);
+    overhead.push_back(s.overhead_ms);
+    rate.push_back(s.tokens_per_s);
+    tokens += s.tokens;
+  }
+  std::printf("stream_load: streams=%d duration=%.0fs ramp=%.0f/s prompt_words=%d max_tokens=%d\n", opt.streams,
+              opt.duration_s, opt.ramp_per_s, opt.prompt_words, opt.max_tokens);
+  std::printf("completed_streams %zu\nfailed_streams %d\nwall_s %.2f\n", st.done.size(), st.failed, wall);
+  std::printf("delivered_tokens_per_s %.0f\n", static_cast<double>(tokens) / wall);
+  std::printf("ttft_ms p50 %.1f p95 %.1f p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 95), percentile(ttft, 99));
+  std::printf("ttft_overhead_ms p50 %.2f p95 %.2f p99 %.2f\n", percentile(overhead, 50), percentile(overhead, 95),
+              percentile(overhead, 99));
+  std::printf("stream_tokens_per_s p5 %.1f p50 %.1f p95 %.1f\n", percentile(rate, 5), percentile(rate, 50), percentile(rate, 95));
+  if (opt.pid > 0 && tokens > 0)
+    std::printf("kiln_cpu_s %.2f cpu_s_per_million_tokens %.2f\n", cpu, cpu / (static_cast<double>(tokens) / 1e6));
+  return st.done.empty() ? 1 : 0;
+}
