@@ -1,5 +1,7 @@
 #include "cluster/node.hpp"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -34,6 +36,12 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
 }  // namespace
 
 int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ostream& out) {
+  // One descriptor per client connection: take all the process may have.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   auto cfg = std::make_shared<const config::kiln_config>(cfg_in);
   // The io_context outlives the actor system: sinks post onto connection strands.
   boost::asio::io_context ioc;

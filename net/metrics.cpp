@@ -16,8 +16,23 @@ void family(std::string& out, const char* name, const char* type, const char* he
   out += '\n';
 }
 
+// Label values escape backslash, quote and newline (names come from config).
+std::string label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 std::string engine_labels(const actors::engine_gauge& e) {
-  return "{replica=\"" + e.replica_id + "\",model=\"" + e.model + "\",version=\"" + e.version + "\"}";
+  return "{replica=\"" + label(e.replica_id) + "\",model=\"" + label(e.model) + "\",version=\"" +
+         label(e.version) + "\"}";
 }
 
 }  // namespace
