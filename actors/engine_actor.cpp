@@ -12,7 +12,8 @@ std::unique_ptr<engine::engine_core> make_engine_core(const config::pool_config&
   auto tok = std::make_shared<engine::word_tokenizer>();
   auto exec = std::make_unique<engine::sim_executor>(engine::cost_model(pool.shape, pool.gpu),
                                                      pool.text, tok->vocab_size(), tok->eos());
-  return std::make_unique<engine::engine_core>(pool.limits, std::move(exec), std::move(tok), salt);
+  const engine::kv_geometry kv{pool.engine_kv_blocks(), pool.block_size};
+  return std::make_unique<engine::engine_core>(pool.limits, kv, std::move(exec), std::move(tok), salt);
 }
 
 engine::engine_request engine_state::to_request(const chat_job& j) const {
@@ -24,6 +25,7 @@ engine::engine_request engine_state::to_request(const chat_job& j) const {
   if (j.has_seed) r.sampling.seed = j.seed;
   r.sampling.stop = j.stop;
   r.prio = static_cast<engine::priority>(std::min<std::uint8_t>(j.priority, 2));
+  r.cache_salt = XXH3_64bits(j.team.data(), j.team.size());  // the team, never the client
   return r;
 }
 
@@ -44,8 +46,9 @@ int engine_state::cancel_sink(const caf::actor_addr& sink) {
 
 void engine_state::publish() const {
   if (!gauges) return;
+  const auto& pool = core->sched().pool();
   gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(),
-               core->tokens_in_flight(), steps});
+               core->tokens_in_flight(), steps, core->preemptions(), pool.num_free(), pool.capacity()});
 }
 
 namespace {
@@ -117,8 +120,14 @@ caf::behavior engine_actor(stateful* self, engine_identity who,
   return {
       [self](chat_job& job) {
         auto& st = self->state;
+        if (!st.core->add(st.to_request(job))) {
+          self->send(job.sink, stream_error{job.id, 400, "invalid_request_error",
+                                            "The prompt (" + std::to_string(job.prompt.size()) +
+                                                " tokens) does not fit in this replica's KV cache.",
+                                            "messages", "context_length_exceeded", job.team});
+          return;
+        }
         if (job.sink && st.watched.insert(job.sink.address()).second) self->monitor(job.sink);
-        st.core->add(st.to_request(job));
         st.jobs[job.id] = {job.sink, job.team, self->clock().now(), -1};
         if (!st.stepping) start_step(self);
         st.publish();

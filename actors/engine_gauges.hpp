@@ -17,6 +17,9 @@ struct engine_gauge {
   int waiting = 0;
   std::int64_t tokens_in_flight = 0;
   std::uint64_t steps = 0;
+  std::uint64_t preemptions = 0;
+  int kv_blocks_free = 0;
+  int kv_blocks_total = 0;
 };
 
 class engine_gauges {

@@ -130,6 +130,8 @@ void read_gpu(const toml::table& t, const std::string& path, engine::gpu_assumpt
   r.number("allreduce_latency_s", g.allreduce_latency_s, 0, 1);
   r.number("fixed_step_s", g.fixed_step_s, 0, 10);
   r.number("tensor_parallel", g.tensor_parallel, 1, 64);
+  r.number("hbm_capacity_bytes", g.hbm_capacity_bytes, 1e6, kBig);
+  r.number("kv_memory_fraction", g.kv_memory_fraction, 0.01, 1);
   r.no_unknown_keys();
 }
 
@@ -145,6 +147,9 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   if (executor != "sim") r.fail("executor", "must be \"sim\" (got \"" + executor + "\")");
   r.number("max_tokens_per_step", p.limits.max_tokens_per_step, 1, 1e7);
   r.number("max_running", p.limits.max_running, 1, 1e6);
+  r.number("kv_reserve_blocks", p.limits.kv_reserve_blocks, 0, 1e8);
+  r.number("block_size", p.block_size, 1, 4096);
+  r.number("kv_blocks", p.kv_blocks, 0, 1e9);
   r.number("default_max_tokens", p.default_max_tokens, 1, 1e7);
   r.number("max_context", p.max_context, 1, 1e8);
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
@@ -159,6 +164,14 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   }
   r.no_unknown_keys();
   if (p.model.empty() || p.version.empty()) r.fail("model", "and version must not be empty");
+  if (p.engine_kv_blocks() < 2 + p.limits.kv_reserve_blocks) {
+    const engine::cost_model m(p.shape, p.gpu);
+    std::ostringstream msg;
+    msg << "leaves no room for the KV cache: " << m.weight_bytes() / 1e9 << " GB of weights on "
+        << p.gpu.tensor_parallel << " x " << p.gpu.hbm_capacity_bytes / 1e9 << " GB at kv_memory_fraction "
+        << p.gpu.kv_memory_fraction << " (or set kv_blocks)";
+    throw bad_config(path + " " + msg.str());
+  }
   return p;
 }
 
@@ -204,6 +217,11 @@ const team_config* kiln_config::team_by_key(std::string_view key) const {
   for (const auto& t : teams)
     if (t.api_key == key) return &t;
   return nullptr;
+}
+
+int pool_config::engine_kv_blocks() const {
+  if (kv_blocks > 0) return kv_blocks + 1;
+  return engine::cost_model(shape, gpu).kv_blocks(block_size) + 1;
 }
 
 const pool_config* kiln_config::pool_for(std::string_view model) const {

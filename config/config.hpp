@@ -37,11 +37,16 @@ struct pool_config {
   int replicas = 1;
   executor_kind executor = executor_kind::sim;
   engine::scheduler_limits limits;
+  int block_size = 16;            ///< tokens per KV block
+  int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights
   int default_max_tokens = 1024;  ///< when a request names no max_tokens
   int max_context = 32768;        ///< prompt + max_tokens must fit
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;
+
+  /// KV blocks per engine, null block included: kv_blocks, or derived from the cost model.
+  int engine_kv_blocks() const;
 };
 
 struct kiln_config {

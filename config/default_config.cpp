@@ -31,6 +31,9 @@ replicas = 4
 executor = "sim"
 max_tokens_per_step = 2048    # prefill + decode tokens per engine step
 max_running = 128             # sequences in the batch at once
+block_size = 16               # tokens per KV block
+kv_blocks = 0                 # 0: as many as fit beside the weights (see [pools.gpu])
+kv_reserve_blocks = 16        # free blocks that must remain when a request is admitted
 default_max_tokens = 1024
 max_context = 32768
 
@@ -57,6 +60,8 @@ allreduce_bytes_per_s = 300e9
 allreduce_latency_s = 8e-6
 fixed_step_s = 1.5e-3
 tensor_parallel = 1
+hbm_capacity_bytes = 141e9
+kv_memory_fraction = 0.90     # weights + KV; the rest is runtime reserve
 
 # The sim executor's answers end after a seeded length in this range (or at max_tokens).
 [pools.sim_text]

@@ -35,6 +35,13 @@ double cost_model::attention_flops(std::int64_t chunk, std::int64_t past) const 
   return 4.0 * shape_.layers * n * ctx * shape_.d_model;
 }
 
+int cost_model::kv_blocks(int block_size) const {
+  const double tp = std::max(1, gpu_.tensor_parallel);
+  const double free = gpu_.hbm_capacity_bytes * gpu_.kv_memory_fraction * tp - weight_bytes();
+  const double blocks = free / (kv_bytes_per_token() * std::max(1, block_size));
+  return blocks <= 0 ? 0 : static_cast<int>(std::min(blocks, 1e9));
+}
+
 step_time cost_model::time(const step_shape& s) const {
   step_time t;
   const double tp = std::max(1, gpu_.tensor_parallel);

@@ -30,6 +30,8 @@ struct gpu_assumptions {
   double allreduce_latency_s = 8e-6;    ///< A7: fixed cost per collective
   double fixed_step_s = 1.5e-3;         ///< schedule, sample, detokenize per step
   int tensor_parallel = 1;              ///< GPUs per replica
+  double hbm_capacity_bytes = 141e9;    ///< memory per GPU
+  double kv_memory_fraction = 0.90;     ///< of HBM for weights + KV; the rest is runtime reserve
 };
 
 /// What one step asks of the hardware: tokens computed and KV tokens read.
@@ -60,6 +62,8 @@ class cost_model {
   /// Attention FLOPs of a prefill chunk of `chunk` tokens that follows `past` cached tokens.
   double attention_flops(std::int64_t chunk, std::int64_t past) const;
   step_time time(const step_shape& s) const;
+  /// KV blocks that fit beside the weights on the replica's GPUs (at least 0).
+  int kv_blocks(int block_size) const;
 
   const model_shape& shape() const { return shape_; }
   const gpu_assumptions& gpu() const { return gpu_; }

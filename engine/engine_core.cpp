@@ -8,11 +8,12 @@
 
 namespace kiln::engine {
 
-engine_core::engine_core(scheduler_limits limits, std::unique_ptr<executor> exec,
+engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_ptr<executor> exec,
                          std::shared_ptr<const tokenizer> tok, std::uint64_t salt)
-    : sched_(limits), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
+    : sched_(limits, kv.num_blocks, kv.block_size), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
 
-void engine_core::add(engine_request req) {
+bool engine_core::add(engine_request req) {
+  if (!sched_.add(req.id, req.prio, req.prompt, req.sampling.max_tokens, req.cache_salt)) return false;
   sequence s;
   const auto prompt_hash = XXH3_64bits(req.prompt.data(), req.prompt.size() * sizeof(token_id));
   if (req.sampling.temperature <= 0)
@@ -21,9 +22,9 @@ void engine_core::add(engine_request req) {
     s.rng_seed = mix64(*req.sampling.seed) ^ prompt_hash;
   else
     s.rng_seed = mix64(salt_ ^ mix64(++unseeded_)) ^ prompt_hash;
-  sched_.add(req.id, req.prio, static_cast<int>(req.prompt.size()), req.sampling.max_tokens);
   s.req = std::move(req);
   seqs_[s.req.id] = std::move(s);
+  return true;
 }
 
 bool engine_core::cancel(seq_id id) {
@@ -81,6 +82,7 @@ seq_output engine_core::advance(sequence& s, token_id tok) {
   }
   out.usage.prompt_tokens = static_cast<int>(s.req.prompt.size());
   out.usage.completion_tokens = s.generated;
+  if (const seq_status* st = sched_.find(s.req.id)) out.usage.cached_tokens = st->cached_tokens;
   return out;
 }
 
@@ -95,7 +97,7 @@ step_result engine_core::step() {
     slots.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature});
   }
   const step_execution exec = exec_->run(plan, slots);
-  sched_.update(plan);
+  sched_.update(plan, exec.tokens);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan.items.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {

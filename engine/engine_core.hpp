@@ -18,6 +18,13 @@ struct engine_request {
   std::vector<token_id> prompt;
   sampling_params sampling;
   priority prio = priority::standard;
+  std::uint64_t cache_salt = 0;  ///< prefix-cache partition, derived by the server from the team
+};
+
+/// Paged KV geometry of one engine.
+struct kv_geometry {
+  int num_blocks = 4096;  ///< including the null block
+  int block_size = 16;
 };
 
 /// What one sequence produced in a step.
@@ -38,10 +45,11 @@ struct step_result {
 class engine_core {
  public:
   /// `salt` varies unseeded sampling between engines.
-  engine_core(scheduler_limits limits, std::unique_ptr<executor> exec,
+  engine_core(scheduler_limits limits, kv_geometry kv, std::unique_ptr<executor> exec,
               std::shared_ptr<const tokenizer> tok, std::uint64_t salt = 0);
 
-  void add(engine_request req);
+  /// Queues a request; false when its prompt can never fit in this engine's KV cache.
+  bool add(engine_request req);
   /// Drops a sequence at once and releases its accounting; false if unknown.
   bool cancel(seq_id id);
   bool idle() const { return seqs_.empty(); }
@@ -50,6 +58,8 @@ class engine_core {
   int running() const { return sched_.running(); }
   int waiting() const { return sched_.waiting(); }
   std::int64_t tokens_in_flight() const { return sched_.tokens_in_flight(); }
+  std::uint64_t preemptions() const { return sched_.preemptions(); }
+  const scheduler& sched() const { return sched_; }
   const tokenizer& tok() const { return *tok_; }
 
  private:

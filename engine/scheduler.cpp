@@ -4,20 +4,33 @@
 
 namespace kiln::engine {
 
-void scheduler::add(seq_id id, priority prio, int prompt_len, int max_tokens) {
+scheduler::scheduler(scheduler_limits limits, int num_blocks, int block_size)
+    : limits_(limits), pool_(num_blocks, block_size) {}
+
+int scheduler::blocks_for(int tokens) const {
+  return (tokens + pool_.block_size() - 1) / pool_.block_size();
+}
+
+bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int max_tokens, std::uint64_t salt) {
+  if (prompt.empty() || blocks_for(static_cast<int>(prompt.size())) + limits_.kv_reserve_blocks > pool_.capacity())
+    return false;
   seq_status s;
   s.id = id;
   s.prio = prio;
-  s.prompt_len = std::max(1, prompt_len);
+  s.prompt_len = static_cast<int>(prompt.size());
+  s.tokens = std::move(prompt);
   s.max_tokens = std::max(1, max_tokens);
+  s.salt = salt;
   s.arrival = next_arrival_++;
-  seqs_[id] = s;
+  seqs_[id] = std::move(s);
+  return true;
 }
 
 bool scheduler::remove(seq_id id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
   if (it->second.running) --running_count_;
+  pool_.release_all(it->second.blocks);
   seqs_.erase(it);
   return true;
 }
@@ -33,54 +46,169 @@ std::int64_t scheduler::tokens_in_flight() const {
   return n;
 }
 
+std::vector<seq_status*> scheduler::ordered(bool running) {
+  std::vector<seq_status*> out;
+  for (auto& [id, s] : seqs_)
+    if (s.running == running) out.push_back(&s);
+  // Running: tier, then admission order. Waiting: tier, then arrival.
+  std::sort(out.begin(), out.end(), [running](const seq_status* a, const seq_status* b) {
+    if (a->prio != b->prio) return a->prio < b->prio;
+    return running ? a->admitted_at < b->admitted_at : a->arrival < b->arrival;
+  });
+  return out;
+}
+
+void scheduler::preempt(seq_status& v, step_plan& plan, int& budget) {
+  // Drop its work from this step's plan, if any, and return the budget.
+  auto it = std::find_if(plan.items.begin(), plan.items.end(), [&](const plan_item& i) { return i.id == v.id; });
+  if (it != plan.items.end()) {
+    (it->prefill ? plan.prefill_tokens : plan.decode_tokens) -= it->tokens;
+    budget += it->tokens;
+    plan.items.erase(it);
+  }
+  // Full blocks keep their cache keys, so a readmission may find them again.
+  pool_.release_all(v.blocks);
+  v.blocks.clear();
+  v.keys.clear();
+  v.computed = 0;
+  v.running = false;
+  v.guarded = true;
+  v.progress_mark = v.generated;
+  ++v.preemptions;
+  --running_count_;
+  ++preemptions_;
+}
+
+bool scheduler::make_room(int needed, const seq_status* self, priority lowest_victim, step_plan& plan, int& budget) {
+  while (pool_.num_free() < needed) {
+    seq_status* victim = nullptr;
+    for (auto& [id, s] : seqs_) {
+      if (!s.running || s.guarded || s.prio < lowest_victim) continue;
+      if (!victim || s.prio > victim->prio || (s.prio == victim->prio && s.admitted_at > victim->admitted_at))
+        victim = &s;
+    }
+    if (!victim) return false;
+    preempt(*victim, plan, budget);
+    if (victim == self) return false;
+  }
+  return true;
+}
+
+bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
+  // Longest cached prefix of full blocks; the last prompt token is always computed.
+  const int bs = pool_.block_size();
+  const int total = static_cast<int>(s.tokens.size());
+  std::vector<block_id> hits;
+  std::vector<block_hash> keys;
+  block_hash parent = 0;
+  for (int i = 0; (i + 1) * bs <= total - 1; ++i) {
+    const auto block = std::span(s.tokens).subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs));
+    const block_hash key = chain_hash(parent, s.salt, block);
+    const auto hit = pool_.lookup(key);
+    if (!hit) break;
+    hits.push_back(*hit);
+    keys.push_back(key);
+    parent = key;
+  }
+  const int fresh = blocks_for(total) - static_cast<int>(hits.size());
+  const int hits_now_free =
+      static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](block_id b) { return pool_.is_free(b); }));
+  const int needed = fresh + hits_now_free + limits_.kv_reserve_blocks;
+  if (pool_.num_free() < needed) {
+    // An interactive sequence may take room from running batch work; nothing else may.
+    if (s.prio != priority::interactive || !make_room(needed, nullptr, priority::batch, plan, budget)) return false;
+  }
+  for (block_id b : hits) pool_.ref(b);
+  std::vector<block_id> fresh_blocks = pool_.allocate(fresh);
+  s.blocks = std::move(hits);
+  s.blocks.insert(s.blocks.end(), fresh_blocks.begin(), fresh_blocks.end());
+  s.keys = std::move(keys);
+  s.computed = static_cast<int>(s.keys.size()) * bs;
+  if (!s.admitted_once) s.cached_tokens = s.computed;
+  s.admitted_once = true;
+  s.running = true;
+  s.admitted_at = next_admission_++;
+  ++running_count_;
+  return true;
+}
+
 step_plan scheduler::schedule() {
   step_plan plan;
   int budget = limits_.max_tokens_per_step;
-  // Order: tier first, then arrival; running sequences keep their slot.
-  std::vector<seq_status*> order;
-  order.reserve(seqs_.size());
-  for (auto& [id, s] : seqs_) order.push_back(&s);
-  std::sort(order.begin(), order.end(), [](const seq_status* a, const seq_status* b) {
-    if (a->prio != b->prio) return a->prio < b->prio;
-    return a->arrival < b->arrival;
-  });
-  // 1. Decodes of running sequences: one token each, so streams keep flowing.
-  for (seq_status* s : order) {
+  // 1. Decodes of running sequences: one token each, so streams keep flowing. A decode that
+  //    needs a new block may preempt the lowest-ranked running sequence (possibly itself).
+  for (seq_status* s : ordered(true)) {
     if (budget == 0) break;
-    if (!s->running || s->prefilled < s->prompt_len) continue;
-    plan.items.push_back({s->id, 1, s->prompt_len + s->generated - 1, false, true});
+    if (!s->running || s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) continue;
+    const int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size());
+    if (need > 0) {
+      if (!make_room(need, s, priority::interactive, plan, budget)) continue;
+      const auto more = pool_.allocate(need);
+      s->blocks.insert(s->blocks.end(), more.begin(), more.end());
+    }
+    plan.items.push_back({s->id, 1, s->computed, false, true});
     ++plan.decode_tokens;
     --budget;
   }
-  // 2. Prompt chunks: running sequences mid-prefill, then admission of waiting ones.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (seq_status* s : order) {
-      if (budget == 0) break;
-      const bool admit = pass == 1;
-      if (s->running == admit) continue;
-      if (s->running && s->prefilled >= s->prompt_len) continue;
-      if (admit && running_count_ >= limits_.max_running) break;
-      const int chunk = std::min(budget, s->prompt_len - s->prefilled);
-      const bool last = s->prefilled + chunk == s->prompt_len;
-      plan.items.push_back({s->id, chunk, s->prefilled, true, last});
-      plan.prefill_tokens += chunk;
-      budget -= chunk;
-      if (admit) {
-        s->running = true;
-        ++running_count_;
-      }
+  // 2. Prompt (or recompute) chunks of running sequences; their blocks came with admission.
+  for (seq_status* s : ordered(true)) {
+    if (budget == 0) break;
+    const int left = static_cast<int>(s->tokens.size()) - s->computed;
+    if (!s->running || (s->computed >= s->prompt_len && left <= 1)) continue;
+    const int chunk = std::min(budget, left);
+    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left});
+    plan.prefill_tokens += chunk;
+    budget -= chunk;
+  }
+  // 3. Admission in tier order; a sequence that does not fit stops lower ones from passing it.
+  for (seq_status* s : ordered(false)) {
+    if (budget == 0) break;
+    if (running_count_ >= limits_.max_running) {
+      if (s->prio != priority::interactive) break;
+      // A full batch admits an interactive sequence in place of running batch work.
+      seq_status* victim = nullptr;
+      for (auto& [id, r] : seqs_)
+        if (r.running && !r.guarded && r.prio == priority::batch && (!victim || r.admitted_at > victim->admitted_at))
+          victim = &r;
+      if (!victim) break;
+      preempt(*victim, plan, budget);
     }
+    if (!admit(*s, plan, budget)) break;
+    const int left = static_cast<int>(s->tokens.size()) - s->computed;
+    const int chunk = std::min(budget, left);
+    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left});
+    plan.prefill_tokens += chunk;
+    budget -= chunk;
   }
   return plan;
 }
 
-void scheduler::update(const step_plan& plan) {
+void scheduler::publish_full_blocks(seq_status& s) {
+  const auto bs = static_cast<std::size_t>(pool_.block_size());
+  while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed)) {
+    const std::size_t i = s.keys.size();
+    const block_hash parent = i == 0 ? 0 : s.keys[i - 1];
+    const block_hash key = chain_hash(parent, s.salt, std::span(s.tokens).subspan(i * bs, bs));
+    pool_.cache(s.blocks[i], key);
+    s.keys.push_back(key);
+  }
+}
+
+void scheduler::update(const step_plan& plan, std::span<const token_id> sampled) {
+  std::size_t next = 0;
   for (const plan_item& item : plan.items) {
+    if (item.samples && next >= sampled.size()) break;
+    const token_id tok = item.samples ? sampled[next++] : 0;
     auto it = seqs_.find(item.id);
-    if (it == seqs_.end()) continue;  // removed while the step ran
+    if (it == seqs_.end() || !it->second.running) continue;  // removed meanwhile
     seq_status& s = it->second;
-    if (item.prefill) s.prefilled = std::min(s.prompt_len, s.prefilled + item.tokens);
-    if (item.samples) ++s.generated;
+    s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + item.tokens);
+    publish_full_blocks(s);
+    if (item.samples) {
+      s.tokens.push_back(tok);
+      ++s.generated;
+      if (s.generated > s.progress_mark) s.guarded = false;
+    }
   }
 }
 

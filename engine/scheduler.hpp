@@ -1,27 +1,31 @@
 #pragma once
-// Continuous-batching scheduler: schedule() builds the next step's plan under a per-step
-// token budget and a cap on running sequences; update() applies what the executor ran.
-// Pure bookkeeping: it never calls an executor.
+// Continuous-batching scheduler over a paged KV pool. schedule() builds the next step's plan
+// under a per-step token budget and a cap on running sequences, admitting waiting sequences
+// (tier first) when their blocks plus a reserve fit, sharing cached prefix blocks, and
+// preempting by recompute when decoding outgrows the pool. update() applies what the
+// executor ran. Pure bookkeeping: it never calls an executor.
 #include <cstdint>
-#include <deque>
 #include <map>
+#include <span>
 #include <vector>
 
+#include "engine/kv_block_pool.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::engine {
 
 struct scheduler_limits {
-  int max_tokens_per_step = 2048;  ///< prefill + decode tokens computed in one step
+  int max_tokens_per_step = 2048;  ///< tokens computed in one step (prefill chunks + decodes)
   int max_running = 256;           ///< sequences holding a batch slot at once
+  int kv_reserve_blocks = 0;       ///< free blocks that must remain when a sequence is admitted
 };
 
 /// One sequence's work in a step.
 struct plan_item {
   seq_id id = 0;
-  int tokens = 0;          ///< tokens computed: a prefill chunk, or 1 for a decode
+  int tokens = 0;          ///< tokens computed: a prompt chunk, or 1 for a decode
   int context_before = 0;  ///< tokens already in the KV cache before this step
-  bool prefill = false;    ///< a chunk of the prompt (the last chunk also samples)
+  bool prefill = false;    ///< prompt (or recompute) tokens rather than a decode
   bool samples = false;    ///< produces a new token this step
 };
 
@@ -37,39 +41,65 @@ struct step_plan {
 struct seq_status {
   seq_id id = 0;
   priority prio = priority::standard;
+  std::vector<token_id> tokens;  ///< prompt, then every sampled token
   int prompt_len = 0;
   int max_tokens = 0;
-  int prefilled = 0;   ///< prompt tokens already in the KV cache
-  int generated = 0;   ///< tokens sampled so far
+  int generated = 0;
+  int computed = 0;              ///< tokens whose K/V are in the cache
+  int cached_tokens = 0;         ///< prompt tokens found in the prefix cache at first admission
+  std::uint64_t salt = 0;        ///< prefix-cache partition (the team)
+  std::vector<block_id> blocks;  ///< block table
+  std::vector<block_hash> keys;  ///< cache keys of the table's full blocks, in order
   bool running = false;
+  bool admitted_once = false;
+  bool guarded = false;          ///< preempted and not yet progressed: cannot be preempted again
+  int progress_mark = 0;         ///< `generated` when last preempted
+  int preemptions = 0;
   std::uint64_t arrival = 0;
+  std::uint64_t admitted_at = 0;
 };
 
 class scheduler {
  public:
-  explicit scheduler(scheduler_limits limits) : limits_(limits) {}
+  scheduler(scheduler_limits limits, int num_blocks, int block_size);
 
-  /// Queues a sequence; it joins the batch at a later schedule().
-  void add(seq_id id, priority prio, int prompt_len, int max_tokens);
-  /// Removes a sequence wherever it is; false if unknown.
+  /// Queues a sequence; it joins the batch at a later schedule(). False (and nothing queued)
+  /// when its prompt could never fit in the pool.
+  bool add(seq_id id, priority prio, std::vector<token_id> prompt, int max_tokens, std::uint64_t salt = 0);
+  /// Removes a sequence wherever it is and frees its blocks at once; false if unknown.
   bool remove(seq_id id);
 
   step_plan schedule();
-  /// Applies a plan the executor ran: prompt chunks are cached, sampled tokens counted.
-  void update(const step_plan& plan);
+  /// Applies a plan the executor ran; `sampled` has one token per sampling item, in order.
+  void update(const step_plan& plan, std::span<const token_id> sampled);
 
   int running() const { return running_count_; }
   int waiting() const { return static_cast<int>(seqs_.size()) - running_count_; }
   /// Prompt plus remaining output tokens of every sequence held (the router's load measure).
   std::int64_t tokens_in_flight() const;
+  std::uint64_t preemptions() const { return preemptions_; }
   const seq_status* find(seq_id id) const;
   const scheduler_limits& limits() const { return limits_; }
+  const kv_block_pool& pool() const { return pool_; }
 
  private:
+  int blocks_for(int tokens) const;
+  bool admit(seq_status& s, step_plan& plan, int& budget);
+  /// Frees blocks until `needed` are free by preempting running sequences of tier
+  /// `lowest_victim` or lower, lowest tier and latest admitted first, never a guarded one.
+  /// `self` may be chosen too; false if it was, or if the room cannot be made.
+  bool make_room(int needed, const seq_status* self, priority lowest_victim, step_plan& plan, int& budget);
+  void preempt(seq_status& v, step_plan& plan, int& budget);
+  void publish_full_blocks(seq_status& s);
+  std::vector<seq_status*> ordered(bool running);
+
   scheduler_limits limits_;
+  kv_block_pool pool_;
   std::map<seq_id, seq_status> seqs_;
   int running_count_ = 0;
   std::uint64_t next_arrival_ = 0;
+  std::uint64_t next_admission_ = 0;
+  std::uint64_t preemptions_ = 0;
 };
 
 }  // namespace kiln::engine

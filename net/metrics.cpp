@@ -55,6 +55,12 @@ std::string render_metrics(const front_metrics& m, const actors::engine_gauges& 
   for (const auto& e : engines) out += "kiln_engine_waiting_sequences" + engine_labels(e) + " " + std::to_string(e.waiting) + "\n";
   family(out, "kiln_engine_tokens_in_flight", "gauge", "Prompt plus remaining output tokens an engine holds.");
   for (const auto& e : engines) out += "kiln_engine_tokens_in_flight" + engine_labels(e) + " " + std::to_string(e.tokens_in_flight) + "\n";
+  family(out, "kiln_engine_preemptions_total", "counter", "Sequences preempted by recompute when KV ran out.");
+  for (const auto& e : engines) out += "kiln_engine_preemptions_total" + engine_labels(e) + " " + std::to_string(e.preemptions) + "\n";
+  family(out, "kiln_engine_kv_blocks_free", "gauge", "KV blocks an engine can hand out now (cached or empty).");
+  for (const auto& e : engines) out += "kiln_engine_kv_blocks_free" + engine_labels(e) + " " + std::to_string(e.kv_blocks_free) + "\n";
+  family(out, "kiln_engine_kv_blocks_total", "gauge", "KV blocks of an engine.");
+  for (const auto& e : engines) out += "kiln_engine_kv_blocks_total" + engine_labels(e) + " " + std::to_string(e.kv_blocks_total) + "\n";
   family(out, "kiln_engine_steps_total", "counter", "Engine steps run.");
   for (const auto& e : engines) out += "kiln_engine_steps_total" + engine_labels(e) + " " + std::to_string(e.steps) + "\n";
   return out;

@@ -15,7 +15,7 @@ std::unique_ptr<engine_core> make_core(sim_text text = {16, 400}, scheduler_limi
                                        std::uint64_t salt = 7) {
   auto tok = std::make_shared<word_tokenizer>();
   auto exec = std::make_unique<sim_executor>(cost_model({}, {}), text, tok->vocab_size(), tok->eos());
-  return std::make_unique<engine_core>(limits, std::move(exec), tok, salt);
+  return std::make_unique<engine_core>(limits, kv_geometry{4096, 16}, std::move(exec), tok, salt);
 }
 
 struct run_result {

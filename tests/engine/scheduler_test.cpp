@@ -3,6 +3,9 @@
 
 #include <functional>
 #include <map>
+#include <algorithm>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,21 @@
 using namespace kiln::engine;
 
 namespace {
+
+// n distinct prompt tokens starting at `base`.
+std::vector<token_id> toks(int n, token_id base = 100) {
+  std::vector<token_id> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = base + i;
+  return v;
+}
+
+// Applies a plan as if the executor sampled token 7 for every sampling item.
+void apply(scheduler& s, const step_plan& plan) {
+  std::vector<token_id> sampled;
+  for (const auto& i : plan.items)
+    if (i.samples) sampled.push_back(7);
+  s.update(plan, sampled);
+}
 
 // "A:P5*" = prefill chunk of 5 that samples; "B:D*" = decode; items in plan order.
 std::string show(const step_plan& plan, const std::map<seq_id, char>& names) {
@@ -40,7 +58,7 @@ void run_table(scheduler& s, const std::map<seq_id, char>& names, const std::vec
     CHECK(show(plan, names) == table[static_cast<std::size_t>(i)].plan);
     CHECK(s.running() == table[static_cast<std::size_t>(i)].running);
     CHECK(s.waiting() == table[static_cast<std::size_t>(i)].waiting);
-    s.update(plan);
+    apply(s, plan);
   }
 }
 
@@ -55,10 +73,10 @@ void finish_done(scheduler& s, std::initializer_list<seq_id> ids) {
 }  // namespace
 
 TEST_CASE("scheduler: token budget, batch cap, joins and leaves between steps") {
-  scheduler s({/*max_tokens_per_step=*/8, /*max_running=*/2});
+  scheduler s({/*max_tokens_per_step=*/8, /*max_running=*/2}, /*num_blocks=*/64, /*block_size=*/4);
   const std::map<seq_id, char> names{{1, 'A'}, {2, 'B'}, {3, 'C'}};
-  s.add(1, priority::standard, 5, 3);
-  s.add(2, priority::standard, 10, 4);
+  s.add(1, priority::standard, toks(5), 3);
+  s.add(2, priority::standard, toks(10), 4);
   run_table(s, names,
             {
                 {"A:P5* B:P3", 2, 0},   // A's whole prompt, B's first chunk fills the budget
@@ -69,15 +87,15 @@ TEST_CASE("scheduler: token budget, batch cap, joins and leaves between steps") 
                 {"", 0, 0},             // B and C done
             },
             [](int i, scheduler& sch) {
-              if (i == 2) sch.add(3, priority::interactive, 3, 2);
+              if (i == 2) sch.add(3, priority::interactive, toks(3), 2);
               finish_done(sch, {1, 2, 3});
             });
 }
 
 TEST_CASE("scheduler: chunked prefill keeps a running stream decoding") {
-  scheduler s({8, 4});
+  scheduler s({8, 4}, 64, 4);
   const std::map<seq_id, char> names{{1, 'A'}, {2, 'B'}};
-  s.add(1, priority::standard, 2, 100);
+  s.add(1, priority::standard, toks(2), 100);
   run_table(s, names,
             {
                 {"A:P2*", 1, 0},
@@ -87,16 +105,16 @@ TEST_CASE("scheduler: chunked prefill keeps a running stream decoding") {
                 {"A:D* B:D*", 2, 0},
             },
             [](int i, scheduler& sch) {
-              if (i == 1) sch.add(2, priority::standard, 20, 100);
+              if (i == 1) sch.add(2, priority::standard, toks(20), 100);
             });
 }
 
 TEST_CASE("scheduler: tiers order admission; batch never takes an interactive slot") {
-  scheduler s({64, 1});
+  scheduler s({64, 1}, 64, 4);
   const std::map<seq_id, char> names{{1, 'X'}, {2, 'Y'}, {3, 'Z'}};
-  s.add(1, priority::batch, 4, 1);        // arrives first
-  s.add(2, priority::interactive, 4, 1);
-  s.add(3, priority::standard, 4, 1);
+  s.add(1, priority::batch, toks(4), 1);        // arrives first
+  s.add(2, priority::interactive, toks(4), 1);
+  s.add(3, priority::standard, toks(4), 1);
   run_table(s, names,
             {
                 {"Y:P4*", 1, 2},
@@ -108,11 +126,11 @@ TEST_CASE("scheduler: tiers order admission; batch never takes an interactive sl
 }
 
 TEST_CASE("scheduler: tokens in flight are prompt plus remaining output") {
-  scheduler s({100, 8});
-  s.add(1, priority::standard, 10, 5);
-  s.add(2, priority::standard, 3, 7);
+  scheduler s({100, 8}, 64, 4);
+  s.add(1, priority::standard, toks(10), 5);
+  s.add(2, priority::standard, toks(3), 7);
   CHECK(s.tokens_in_flight() == 10 + 5 + 3 + 7);
-  s.update(s.schedule());  // both prompts done, one token each
+  apply(s, s.schedule());  // both prompts done, one token each
   CHECK(s.tokens_in_flight() == 10 + 4 + 3 + 6);
   CHECK(s.remove(1));
   CHECK_FALSE(s.remove(1));
@@ -121,12 +139,198 @@ TEST_CASE("scheduler: tokens in flight are prompt plus remaining output") {
 }
 
 TEST_CASE("scheduler: removing a sequence mid-step is harmless to update") {
-  scheduler s({100, 8});
-  s.add(1, priority::standard, 4, 5);
+  scheduler s({100, 8}, 64, 4);
+  s.add(1, priority::standard, toks(4), 5);
   const step_plan plan = s.schedule();
   s.remove(1);
-  s.update(plan);
+  apply(s, plan);
   CHECK(s.running() == 0);
   CHECK(s.waiting() == 0);
   CHECK(s.schedule().empty());
+}
+
+TEST_CASE("scheduler: decoding outgrows the pool: the latest admitted is preempted and recomputed") {
+  // Six usable blocks of 4 tokens. A and B hold 2 blocks each after their prompts and grow.
+  scheduler s({64, 4}, /*num_blocks=*/7, /*block_size=*/4);
+  const std::map<seq_id, char> names{{1, 'A'}, {2, 'B'}};
+  s.add(1, priority::standard, toks(8, 100), 6);
+  s.add(2, priority::standard, toks(8, 200), 100);
+  run_table(s, names,
+            {
+                {"A:P8* B:P8*", 2, 0},
+                {"A:D* B:D*", 2, 0},  // each takes its third block
+                {"A:D* B:D*", 2, 0},
+                {"A:D* B:D*", 2, 0},
+                {"A:D* B:D*", 2, 0},
+                {"A:D*", 1, 1},       // A needs a fourth block: B, admitted last, is preempted
+                {"B:P5*", 1, 0},      // A done; B back with 2 cached blocks, recomputes 5 tokens
+                {"B:D*", 1, 0},
+            },
+            [](int, scheduler& sch) { finish_done(sch, {1, 2}); });
+  CHECK(s.preemptions() == 1);
+  REQUIRE(s.find(2) != nullptr);
+  CHECK(s.find(2)->preemptions == 1);
+  CHECK(s.find(2)->cached_tokens == 0);  // usage reports the first admission's hits
+  CHECK_FALSE(s.find(2)->guarded);        // it has made progress since
+}
+
+TEST_CASE("scheduler: an interactive sequence takes a batch sequence's slot and blocks") {
+  scheduler s({64, 1}, 64, 4);
+  const std::map<seq_id, char> names{{1, 'X'}, {2, 'Y'}};
+  s.add(1, priority::batch, toks(4), 3);
+  run_table(s, names,
+            {
+                {"X:P4*", 1, 0},
+                {"X:D*", 1, 0},
+                {"Y:P4*", 1, 1},  // Y arrives: X is preempted for it
+                {"Y:D*", 1, 1},
+                {"X:P2*", 1, 0},  // Y done: X's full prompt block is cached; it recomputes 2 tokens
+                {"", 0, 0},
+            },
+            [](int i, scheduler& sch) {
+              if (i == 2) sch.add(2, priority::interactive, toks(4, 300), 2);
+              finish_done(sch, {1, 2});
+            });
+  CHECK(s.preemptions() == 1);
+
+  // KV: batch fills the pool; an interactive prompt still gets in.
+  scheduler k({64, 8}, /*num_blocks=*/5, /*block_size=*/4);
+  k.add(1, priority::batch, toks(12), 100);  // 3 of 4 blocks
+  apply(k, k.schedule());
+  k.add(2, priority::interactive, toks(8, 500), 5);  // needs 2
+  const step_plan plan = k.schedule();
+  REQUIRE(plan.items.size() == 1);
+  CHECK(plan.items[0].id == 2);
+  CHECK(k.find(1)->running == false);
+  // A standard prompt that does not fit waits instead.
+  scheduler w({64, 8}, 5, 4);
+  w.add(1, priority::batch, toks(12), 100);
+  apply(w, w.schedule());
+  w.add(2, priority::standard, toks(8, 500), 5);
+  CHECK(w.schedule().items.size() == 1);
+  CHECK(w.find(2)->running == false);
+  CHECK(w.preemptions() == 0);
+}
+
+TEST_CASE("scheduler: admission needs the prompt's blocks plus the reserve") {
+  scheduler s({64, 8, /*kv_reserve_blocks=*/2}, /*num_blocks=*/6, /*block_size=*/4);  // 5 usable
+  CHECK(s.add(1, priority::standard, toks(12), 10));  // 3 blocks + 2 reserve = 5: fits
+  CHECK_FALSE(s.add(9, priority::standard, toks(13), 10));  // 4 + 2 > 5: can never fit
+  s.add(2, priority::standard, toks(1, 900), 10);
+  const step_plan plan = s.schedule();
+  REQUIRE(plan.items.size() == 1);  // 2 is held back: only 2 blocks are left, all reserve
+  CHECK(plan.items[0].id == 1);
+  CHECK(s.pool().num_free() == 2);
+  s.remove(1);
+  CHECK(s.pool().num_free() == 5);  // cancel frees the blocks at once
+  CHECK(s.schedule().items.at(0).id == 2);
+}
+
+TEST_CASE("prefix cache: the same prompt from the same team hits; from another team it misses") {
+  const std::uint64_t team_a = 11, team_b = 22;
+  scheduler s({256, 8}, 64, 4);
+  s.add(1, priority::standard, toks(22), 1, team_a);
+  apply(s, s.schedule());
+  s.remove(1);  // done: its blocks stay cached while free
+  // Same team: 5 full blocks (20 tokens) of the 22-token prompt come from the cache.
+  s.add(2, priority::standard, toks(22), 1, team_a);
+  step_plan plan = s.schedule();
+  REQUIRE(plan.items.size() == 1);
+  CHECK(plan.items[0].tokens == 2);
+  CHECK(plan.items[0].context_before == 20);
+  CHECK(s.find(2)->cached_tokens == 20);
+  apply(s, plan);
+  s.remove(2);
+  // Another team, same tokens: nothing shared.
+  s.add(3, priority::standard, toks(22), 1, team_b);
+  plan = s.schedule();
+  CHECK(plan.items.at(0).tokens == 22);
+  CHECK(s.find(3)->cached_tokens == 0);
+  apply(s, plan);
+  // A prompt that shares only the first 8 tokens hits 2 blocks, and a whole-block prompt
+  // still computes its last token.
+  auto partly = toks(8);
+  for (int i = 0; i < 9; ++i) partly.push_back(5000 + i);
+  s.add(4, priority::standard, partly, 1, team_a);
+  s.add(5, priority::standard, toks(20), 1, team_a);
+  plan = s.schedule();
+  CHECK(s.find(4)->cached_tokens == 8);
+  CHECK(s.find(5)->cached_tokens == 16);
+}
+
+TEST_CASE("kv pool: refcounts, LRU eviction of cached blocks, the null block, running out") {
+  kv_block_pool pool(/*num_blocks=*/5, /*block_size=*/4);
+  CHECK(pool.capacity() == 4);
+  CHECK(pool.num_free() == 4);
+  auto a = pool.allocate(3);
+  REQUIRE(a.size() == 3);
+  CHECK(std::find(a.begin(), a.end(), 0) == a.end());  // never the null block
+  CHECK(pool.allocate(2).empty());                      // not enough: nothing taken
+  CHECK(pool.num_free() == 1);
+  pool.cache(a[0], 1000);
+  pool.cache(a[1], 1001);
+  pool.cache(a[2], 1002);
+  pool.ref(a[1]);  // shared
+  pool.release_all(a);
+  CHECK(pool.ref_count(a[1]) == 1);
+  CHECK(pool.num_free() == 3);
+  // Free list order: the untouched block, then a[2], then a[0] (released last-first).
+  auto b = pool.allocate(2);
+  REQUIRE(b.size() == 2);
+  CHECK(pool.lookup(1002) == std::nullopt);  // evicted
+  CHECK(pool.lookup(1000) == a[0]);          // still cached
+  CHECK(pool.lookup(1001) == a[1]);          // referenced: never evicted
+  CHECK(pool.evictions() == 1);
+  pool.ref(a[0]);  // a prefix hit takes a free cached block back
+  CHECK(pool.num_free() == 0);
+  CHECK(pool.allocate(1).empty());
+}
+
+TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accounted, all finish") {
+  std::mt19937 rng(1234);
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    const int bs = 1 + static_cast<int>(rng() % 8);
+    scheduler s({1 + static_cast<int>(rng() % 64), 1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 2)},
+                /*num_blocks=*/12 + static_cast<int>(rng() % 20), bs);
+    std::map<seq_id, std::pair<int, int>> last_preempt;  // id -> (preemptions, generated at the last one)
+    int added = 0;
+    for (int i = 0; i < 12; ++i) {
+      const int len = 1 + static_cast<int>(rng() % (3 * bs));
+      if (s.add(static_cast<seq_id>(i + 1), static_cast<priority>(rng() % 3), toks(len, 40 * (i % 3)),
+                1 + static_cast<int>(rng() % 20), rng() % 2))
+        ++added;
+    }
+    int steps = 0, finished = 0;
+    while (s.running() + s.waiting() > 0 && steps < 5000) {
+      const step_plan plan = s.schedule();
+      apply(s, plan);
+      ++steps;
+      for (seq_id id = 1; id <= 12; ++id) {
+        const seq_status* st = s.find(id);
+        if (!st) continue;
+        auto& [count, gen] = last_preempt[id];
+        if (st->preemptions > count) {
+          CHECK(st->preemptions == count + 1);  // at most once per step
+          // Preempted again: it must have produced a token since the last time.
+          if (count > 0) CHECK(st->progress_mark > gen);
+          count = st->preemptions;
+          gen = st->progress_mark;
+        }
+        if (st->generated >= st->max_tokens) {
+          s.remove(id);
+          ++finished;
+        }
+      }
+      // Every block is either free or held: held blocks are those of running sequences.
+      std::set<block_id> held;
+      for (seq_id id = 1; id <= 12; ++id)
+        if (const seq_status* st = s.find(id)) {
+          if (!st->running) CHECK(st->blocks.empty());
+          held.insert(st->blocks.begin(), st->blocks.end());
+        }
+      CHECK(static_cast<int>(held.size()) + s.pool().num_free() == s.pool().capacity());
+    }
+    CHECK(finished == added);
+  }
 }

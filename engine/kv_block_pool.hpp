@@ -1,0 +1,65 @@
+#pragma once
+// Paged KV cache bookkeeping: fixed-size blocks with reference counts, a free list kept in
+// eviction order (least recently released first), a permanent null block 0, and the prefix
+// cache: full blocks keyed by a chained hash so a later prompt with the same opening shares
+// them by reference. Running out is an ordinary empty return, never an exception.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/types.hpp"
+
+namespace kiln::engine {
+
+using block_id = std::int32_t;
+using block_hash = std::uint64_t;
+
+/// Key of a full block: its parent's key, the block's tokens and the team salt. The salt
+/// keeps every team's blocks apart, so no block is ever shared across teams.
+block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens);
+
+class kv_block_pool {
+ public:
+  /// `num_blocks` includes the null block 0, which is never handed out.
+  kv_block_pool(int num_blocks, int block_size);
+
+  int block_size() const { return block_size_; }
+  int capacity() const { return static_cast<int>(refs_.size()) - 1; }
+  /// Blocks that allocate() can hand out now: unreferenced, cached or not.
+  int num_free() const { return free_count_; }
+
+  /// n blocks with one reference each, evicting the least recently used cached blocks as
+  /// needed; empty when fewer than n are free (then nothing is taken).
+  std::vector<block_id> allocate(int n);
+  /// Takes one more reference (a prefix hit); a free cached block leaves the free list.
+  void ref(block_id b);
+  /// Drops a reference; at zero the block joins the free list's most-recent end, keeping
+  /// its cache key until it is evicted.
+  void release(block_id b);
+  /// Releases a block table, last block first, so a table's tail is evicted before its head.
+  void release_all(std::span<const block_id> blocks);
+
+  /// Registers a full block under its chain key (first registration wins).
+  void cache(block_id b, block_hash key);
+  std::optional<block_id> lookup(block_hash key) const;
+  bool is_free(block_id b) const { return refs_[static_cast<std::size_t>(b)] == 0; }
+  int ref_count(block_id b) const { return refs_[static_cast<std::size_t>(b)]; }
+  std::uint64_t evictions() const { return evictions_; }
+
+ private:
+  void unlink(block_id b);
+  void push_back(block_id b);
+
+  int block_size_;
+  std::vector<int> refs_;
+  std::vector<block_id> prev_, next_;          ///< free list links; -1 = none
+  block_id head_ = -1, tail_ = -1;             ///< head: evicted first
+  int free_count_ = 0;
+  std::vector<std::optional<block_hash>> key_of_;
+  std::unordered_map<block_hash, block_id> by_key_;
+  std::uint64_t evictions_ = 0;
+};
+
+}  // namespace kiln::engine
