@@ -86,9 +86,26 @@ seq_output engine_core::advance(sequence& s, token_id tok) {
   return out;
 }
 
+seq_output engine_core::cut_short(sequence& s) {
+  seq_output out;
+  out.id = s.req.id;
+  out.finish = finish_reason::length;
+  out.text = s.text.substr(s.emitted);
+  s.emitted = s.text.size();
+  out.usage.prompt_tokens = static_cast<int>(s.req.prompt.size());
+  out.usage.completion_tokens = s.generated;
+  if (const seq_status* st = sched_.find(s.req.id)) out.usage.cached_tokens = st->cached_tokens;
+  return out;
+}
+
 step_result engine_core::step() {
   step_result result;
   const step_plan plan = sched_.schedule();
+  for (seq_id id : sched_.take_overflowed()) {
+    result.outputs.push_back(cut_short(seqs_.at(id)));
+    sched_.remove(id);
+    seqs_.erase(id);
+  }
   if (plan.empty()) return result;
   std::vector<sample_slot> slots;
   for (const plan_item& item : plan.items) {

@@ -71,6 +71,8 @@ class engine_core {
     int generated = 0;
   };
   seq_output advance(sequence& s, token_id tok);
+  /// Ends a sequence that cannot go on (it outgrew the KV pool) with `length`.
+  seq_output cut_short(sequence& s);
 
   scheduler sched_;
   std::unique_ptr<executor> exec_;

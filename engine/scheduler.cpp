@@ -98,6 +98,7 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   // Longest cached prefix of full blocks; the last prompt token is always computed.
   const int bs = pool_.block_size();
   const int total = static_cast<int>(s.tokens.size());
+  if (blocks_for(total) > pool_.capacity()) return false;  // overflowed: see schedule()
   std::vector<block_id> hits;
   std::vector<block_hash> keys;
   block_hash parent = 0;
@@ -113,7 +114,8 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   const int fresh = blocks_for(total) - static_cast<int>(hits.size());
   const int hits_now_free =
       static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](block_id b) { return pool_.is_free(b); }));
-  const int needed = fresh + hits_now_free + limits_.kv_reserve_blocks;
+  // The reserve keeps room for running sequences to grow; with none running it protects nothing.
+  const int needed = fresh + hits_now_free + (running_count_ > 0 ? limits_.kv_reserve_blocks : 0);
   if (pool_.num_free() < needed) {
     // An interactive sequence may take room from running batch work; nothing else may.
     if (s.prio != priority::interactive || !make_room(needed, nullptr, priority::batch, plan, budget)) return false;
@@ -162,6 +164,11 @@ step_plan scheduler::schedule() {
   }
   // 3. Admission in tier order; a sequence that does not fit stops lower ones from passing it.
   for (seq_status* s : ordered(false)) {
+    if (blocks_for(static_cast<int>(s->tokens.size())) > pool_.capacity()) {
+      // Grown (through preemption) past the whole pool: it can never run again.
+      if (std::find(overflowed_.begin(), overflowed_.end(), s->id) == overflowed_.end()) overflowed_.push_back(s->id);
+      continue;
+    }
     if (budget == 0) break;
     if (running_count_ >= limits_.max_running) {
       if (s->prio != priority::interactive) break;

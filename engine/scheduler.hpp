@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/kv_block_pool.hpp"
@@ -73,6 +74,10 @@ class scheduler {
   /// Applies a plan the executor ran; `sampled` has one token per sampling item, in order.
   void update(const step_plan& plan, std::span<const token_id> sampled);
 
+  /// Sequences that outgrew the whole pool (they could never run again): the caller ends
+  /// them (finish "length") and removes them. Emptied by the call.
+  std::vector<seq_id> take_overflowed() { return std::exchange(overflowed_, {}); }
+
   int running() const { return running_count_; }
   int waiting() const { return static_cast<int>(seqs_.size()) - running_count_; }
   /// Prompt plus remaining output tokens of every sequence held (the router's load measure).
@@ -100,6 +105,7 @@ class scheduler {
   std::uint64_t next_arrival_ = 0;
   std::uint64_t next_admission_ = 0;
   std::uint64_t preemptions_ = 0;
+  std::vector<seq_id> overflowed_;
 };
 
 }  // namespace kiln::engine

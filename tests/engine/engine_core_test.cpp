@@ -12,10 +12,10 @@ using namespace kiln::engine;
 namespace {
 
 std::unique_ptr<engine_core> make_core(sim_text text = {16, 400}, scheduler_limits limits = {2048, 64},
-                                       std::uint64_t salt = 7) {
+                                       std::uint64_t salt = 7, kv_geometry kv = {4096, 16}) {
   auto tok = std::make_shared<word_tokenizer>();
   auto exec = std::make_unique<sim_executor>(cost_model({}, {}), text, tok->vocab_size(), tok->eos());
-  return std::make_unique<engine_core>(limits, kv_geometry{4096, 16}, std::move(exec), tok, salt);
+  return std::make_unique<engine_core>(limits, kv, std::move(exec), tok, salt);
 }
 
 struct run_result {
@@ -146,4 +146,38 @@ TEST_CASE("word tokenizer: known words round-trip, unknown words hash stably") {
   CHECK(t.decode(t.eos()).empty());
   CHECK(render_chat_prompt({{"system", "be brief"}, {"user", "hi"}}) ==
         "<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n");
+}
+
+TEST_CASE("engine core: a sequence that outgrows the KV pool ends with length; a prompt that cannot fit is refused") {
+  auto core = make_core({16, 400}, {2048, 8}, 7, kv_geometry{/*num_blocks=*/5, /*block_size=*/4});  // 16 tokens
+  const run_result r = run_one(*core, "the kiln is warm", greedy(100));
+  CHECK(r.finish == finish_reason::length);
+  CHECK(r.u.completion_tokens == 13);  // 16 KV slots hold 4 prompt + 12; the 13th is sampled from them
+  CHECK(core->sched().pool().num_free() == 4);
+  sampling_params sp = greedy(5);
+  CHECK_FALSE(core->add({2, std::vector<token_id>(17, 5), sp, priority::standard}));
+  CHECK(core->idle());
+}
+
+TEST_CASE("engine core: cached_tokens counts the prefix shared with an earlier request of the same team") {
+  auto core = make_core();
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "clay ";
+  sampling_params sp = greedy(3);
+  engine_request a{1, core->tok().encode(prompt), sp, priority::standard, /*cache_salt=*/1};
+  auto b = a;
+  b.id = 2;
+  auto c = a;
+  c.id = 3;
+  c.cache_salt = 2;  // another team
+  usage ua, ub, uc;
+  for (auto* req : {&a, &b, &c}) {
+    REQUIRE(core->add(*req));
+    while (!core->idle())
+      for (auto& out : core->step().outputs)
+        if (out.finish != finish_reason::none) (req == &a ? ua : req == &b ? ub : uc) = out.usage;
+  }
+  CHECK(ua.cached_tokens == 0);
+  CHECK(ub.cached_tokens == 32);  // two full blocks of the 40-token prompt
+  CHECK(uc.cached_tokens == 0);
 }

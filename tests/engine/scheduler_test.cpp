@@ -212,6 +212,21 @@ TEST_CASE("scheduler: an interactive sequence takes a batch sequence's slot and 
   CHECK(w.preemptions() == 0);
 }
 
+TEST_CASE("scheduler: a sequence that outgrows the whole pool is handed back, not left stuck") {
+  scheduler s({64, 4, /*kv_reserve_blocks=*/1}, /*num_blocks=*/4, /*block_size=*/2);  // 3 usable
+  s.add(1, priority::standard, toks(2), 100);
+  for (int i = 0; i < 5; ++i) apply(s, s.schedule());  // 6 tokens in KV: 3 blocks, the whole pool
+  CHECK(s.find(1)->running);
+  CHECK(s.find(1)->computed == 6);
+  CHECK(s.take_overflowed().empty());
+  s.schedule();  // the 7th token needs a 4th block: it preempts itself and can never return
+  const auto over = s.take_overflowed();
+  REQUIRE(over.size() == 1);
+  CHECK(over[0] == 1);
+  CHECK(s.find(1)->running == false);
+  CHECK(s.pool().num_free() == 3);
+}
+
 TEST_CASE("scheduler: admission needs the prompt's blocks plus the reserve") {
   scheduler s({64, 8, /*kv_reserve_blocks=*/2}, /*num_blocks=*/6, /*block_size=*/4);  // 5 usable
   CHECK(s.add(1, priority::standard, toks(12), 10));  // 3 blocks + 2 reserve = 5: fits
@@ -288,10 +303,11 @@ TEST_CASE("kv pool: refcounts, LRU eviction of cached blocks, the null block, ru
 
 TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accounted, all finish") {
   std::mt19937 rng(1234);
-  for (int round = 0; round < 20; ++round) {
+  // Small step budgets make recomputes span several steps, when a guard matters most.
+  for (int round = 0; round < 200; ++round) {
     CAPTURE(round);
     const int bs = 1 + static_cast<int>(rng() % 8);
-    scheduler s({1 + static_cast<int>(rng() % 64), 1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 2)},
+    scheduler s({1 + static_cast<int>(rng() % (round % 2 ? 8 : 64)), 1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 2)},
                 /*num_blocks=*/12 + static_cast<int>(rng() % 20), bs);
     std::map<seq_id, std::pair<int, int>> last_preempt;  // id -> (preemptions, generated at the last one)
     int added = 0;
@@ -306,6 +322,11 @@ TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accoun
       const step_plan plan = s.schedule();
       apply(s, plan);
       ++steps;
+      for (seq_id id : s.take_overflowed()) {
+        CHECK(s.find(id)->preemptions > 0);  // only growth can outrun the pool
+        s.remove(id);
+        ++finished;
+      }
       for (seq_id id = 1; id <= 12; ++id) {
         const seq_status* st = s.find(id);
         if (!st) continue;
