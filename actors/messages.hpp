@@ -90,18 +90,26 @@ typename Inspector::result_type inspect(Inspector& f, stream_error& x) {
            x.code, x.team);
 }
 
-/// A replica's load, sent to its router every second.
+/// A replica's load, sent to its router every second. `forwarded_tokens` is the running sum
+/// of job tokens (prompt + max_tokens) the replica had passed to its engine when it asked for
+/// these figures, so the router can tell which of its jobs they already include.
 struct load_report {
   std::string replica_id;
   std::int32_t queue_depth = 0;
   std::int32_t running = 0;
   std::int64_t tokens_in_flight = 0;
+  std::int64_t forwarded_tokens = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_report& x) {
   return f(caf::meta::type_name("load_report"), x.replica_id, x.queue_depth, x.running,
-           x.tokens_in_flight);
+           x.tokens_in_flight, x.forwarded_tokens);
+}
+
+/// Tokens a job adds to a replica's load: prompt plus the output it may produce.
+inline std::int64_t job_tokens(const chat_job& j) {
+  return static_cast<std::int64_t>(j.prompt.size()) + j.max_tokens;
 }
 
 }  // namespace kiln::actors

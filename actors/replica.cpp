@@ -19,12 +19,17 @@ caf::behavior replica(caf::stateful_actor<replica_state>* self, std::string repl
   self->link_to(engine);
   self->send(self, tick_atom::value);
   return {
-      [self](chat_job& job) { self->send(self->state.engine, std::move(job)); },
+      [self](chat_job& job) {
+        self->state.forwarded_tokens += job_tokens(job);
+        self->send(self->state.engine, std::move(job));
+      },
       [self](tick_atom) {
+        // The engine answers after every job forwarded so far: its figures include them.
+        const std::int64_t forwarded = self->state.forwarded_tokens;
         self->request(self->state.engine, caf::infinite, stats_atom::value)
-            .then([self](std::int32_t waiting, std::int32_t running, std::int64_t in_flight) {
+            .then([self, forwarded](std::int32_t waiting, std::int32_t running, std::int64_t in_flight) {
               self->send(self->state.router,
-                         load_report{self->state.replica_id, waiting, running, in_flight});
+                         load_report{self->state.replica_id, waiting, running, in_flight, forwarded});
             });
         self->delayed_send(self, kReportEvery, tick_atom::value);
       },

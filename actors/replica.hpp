@@ -13,6 +13,7 @@ struct replica_state {
   std::string replica_id;
   caf::actor engine;
   caf::actor router;
+  std::int64_t forwarded_tokens = 0;  ///< job tokens passed to the engine so far
   static inline const char* name = "kiln.replica";
 };
 

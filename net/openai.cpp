@@ -129,6 +129,9 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
       return invalid("Only n = 1 is supported.", "n");
   } else if (key == "stream_options") {
     if (!v.is_null() && !v.is_object()) return invalid("'stream_options' must be an object.", "stream_options");
+  } else if (key == "cache_salt") {
+    // Accepted for compatibility and ignored: the prefix cache is partitioned by team.
+    if (!v.is_null() && !v.is_string()) return invalid("'cache_salt' must be a string.", "cache_salt");
   } else if (key == "user") {
     if (!v.is_string()) return invalid("'user' must be a string.", "user");
   } else if (key == "presence_penalty" || key == "frequency_penalty") {

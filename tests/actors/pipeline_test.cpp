@@ -169,28 +169,81 @@ TEST_CASE_FIXTURE(region_fixture, "pipeline: a sink that goes away cancels its s
   CHECK(r.rec->ends.empty());
 }
 
-TEST_CASE("router shard state: fewest tokens in flight, counting what was sent since the report") {
+TEST_CASE("router shard state: a key keeps its replica until that replica is 1.25x over average") {
   actors::router_shard_state st;
-  st.replicas = {{caf::actor{}, "r0", 100, 0, 0}, {caf::actor{}, "r1", 40, 0, 0}, {caf::actor{}, "r2", 60, 0, 0}};
-  CHECK(st.pick() == 1);
-  st.replicas[1].sent_since = 50;  // r1 now holds 90
-  CHECK(st.pick() == 2);
-  st.on_report({"r1", 0, 0, 10});  // the report replaces the estimate
-  CHECK(st.replicas[1].sent_since == 0);
-  CHECK(st.pick() == 1);
+  for (int i = 0; i < 4; ++i) st.replicas.push_back({caf::actor{}, "r" + std::to_string(i), 0, 0, 0, 0});
+  // Keys spread over the replicas, and each key always ranks the same replica first.
+  std::set<int> used;
+  for (std::uint64_t key = 1; key <= 64; ++key) {
+    const int r = st.pick(key, 10);
+    CHECK(r == st.pick(key, 10));
+    used.insert(r);
+  }
+  CHECK(used.size() == 4);
+  const std::uint64_t key = 42;
+  const int home = st.pick(key, 10);
+  // Loaded up to the bound it stays home; above it the key moves to another replica.
+  auto& h = st.replicas[static_cast<std::size_t>(home)];
+  h.sent = 120;  // sent, not yet reported: average with the job 32.5, bound 40.6
+  const int moved = st.pick(key, 10);
+  CHECK(moved != home);
+  // A report taken before those jobs arrived does not hide them; one taken after does.
+  st.on_report({h.replica_id, 0, 0, 0, /*forwarded_tokens=*/0});
+  CHECK(st.pick(key, 10) == moved);
+  st.on_report({h.replica_id, 0, 0, 0, /*forwarded_tokens=*/120});
+  CHECK(h.load() == 0);
+  CHECK(st.pick(key, 10) == home);
+  // Everyone over the bound: the least loaded.
+  actors::router_shard_state two;
+  two.replicas = {{caf::actor{}, "a", 100, 0, 0, 0}, {caf::actor{}, "b", 50, 0, 0, 0}};
+  CHECK(two.pick(7, 1000) >= 0);
   actors::router_shard_state empty;
-  CHECK(empty.pick() == -1);
+  CHECK(empty.pick(1, 1) == -1);
+}
+
+TEST_CASE("router: the affinity key is the conversation id, else team and prompt opening") {
+  actors::chat_job a;
+  a.team = "search";
+  a.prompt = {1, 2, 3};
+  actors::chat_job b = a;
+  CHECK(actors::affinity_key(a) == actors::affinity_key(b));
+  b.team = "assistant";
+  CHECK(actors::affinity_key(a) != actors::affinity_key(b));
+  actors::chat_job c = a;
+  c.conversation_id = "conv-1";
+  actors::chat_job d = c;
+  d.prompt = {9, 9, 9};  // a later turn of the same conversation
+  CHECK(actors::affinity_key(c) == actors::affinity_key(d));
+  CHECK(actors::affinity_key(c) != actors::affinity_key(a));
 }
 
 TEST_CASE_FIXTURE(region_fixture, "pipeline: replicas report load to the router every second") {
-  // A big request goes to r0 and is cancelled at once. Until r0 reports, the router still
-  // counts its tokens and would send the next request to r1; after a report it picks r0 again.
-  auto a = submit(3000);
+  // A big request is cancelled at once. Until its replica reports, the router still counts
+  // its tokens and sends the same key elsewhere; after a report the key goes home again.
+  auto a = submit(3000, "kiln-search-local", "chat-7b", "same opening");
   vt.run_for(20ms);
   actors::stop_sink(a.sink);
+  auto early = submit(5, "kiln-search-local", "chat-7b", "same opening");
+  REQUIRE(vt.run_until([&] { return early.rec->terminal(); }, 10s));
   vt.run_for(1500ms);
-  auto b = submit(5);
-  REQUIRE(vt.run_until([&] { return b.rec->terminal(); }, 10s));
-  REQUIRE(b.rec->ends.size() == 1);
-  CHECK(b.rec->ends[0].replica_id == "chat-7b-v1-r0");
+  auto late = submit(5, "kiln-search-local", "chat-7b", "same opening");
+  REQUIRE(vt.run_until([&] { return late.rec->terminal(); }, 10s));
+  REQUIRE(early.rec->ends.size() == 1);
+  REQUIRE(late.rec->ends.size() == 1);
+  CHECK(early.rec->ends[0].replica_id != late.rec->ends[0].replica_id);
+}
+
+TEST_CASE_FIXTURE(region_fixture, "pipeline: a repeated conversation reports its cached prefix; another team's does not") {
+  std::string prompt;
+  for (int i = 0; i < 50; ++i) prompt += "kiln clay ";  // 100 tokens: 6 full blocks of 16
+  std::vector<open_request> reqs;
+  for (const char* key : {"kiln-search-local", "kiln-search-local", "kiln-assistant-local"}) {
+    reqs.push_back(submit(4, key, "chat-7b", prompt));
+    REQUIRE(vt.run_until([&] { return reqs.back().rec->terminal(); }, 10s));
+    REQUIRE(reqs.back().rec->ends.size() == 1);
+  }
+  CHECK(reqs[0].rec->ends[0].cached_tokens == 0);
+  CHECK(reqs[1].rec->ends[0].cached_tokens == 96);
+  CHECK(reqs[1].rec->ends[0].replica_id == reqs[0].rec->ends[0].replica_id);
+  CHECK(reqs[2].rec->ends[0].cached_tokens == 0);
 }

@@ -252,3 +252,27 @@ TEST_CASE("e2e: after the grace period a stream still open ends with an error ev
   CHECK(body.find("data: [DONE]") != std::string::npos);
   CHECK(p.wait_exit(5000) == 0);
 }
+
+TEST_CASE("e2e: a repeated conversation reports its cached prefix, per team; a client salt changes nothing") {
+  kiln_process p(test_config(1));
+  std::string history;
+  for (int i = 0; i < 30; ++i) history += "the kiln fires clay into a bowl. ";
+  const std::string body = "{\"model\":\"chat-7b\",\"max_tokens\":3,\"messages\":[{\"role\":\"system\",\"content\":\"" +
+                           history + "\"},{\"role\":\"user\",\"content\":\"and then?\"}]";
+  auto usage_of = [&](const std::string& key, const std::string& extra) {
+    const http_response r = request(p.port(), "POST", "/v1/chat/completions", body + extra + "}",
+                                    {"Authorization: Bearer " + key});
+    REQUIRE(r.status == 200);
+    return json::parse(r.body)["usage"];
+  };
+  const json first = usage_of("key-search", "");
+  const int prompt = first["prompt_tokens"];
+  CHECK(prompt > 200);
+  CHECK(first["prompt_tokens_details"]["cached_tokens"] == 0);
+  const json again = usage_of("key-search", "");
+  CHECK(again["prompt_tokens"] == prompt);
+  CHECK(again["prompt_tokens_details"]["cached_tokens"] == (prompt - 1) / 16 * 16);
+  CHECK(usage_of("key-assistant", "")["prompt_tokens_details"]["cached_tokens"] == 0);
+  CHECK(usage_of("key-search", ",\"cache_salt\":\"other\"")["prompt_tokens_details"]["cached_tokens"] ==
+        (prompt - 1) / 16 * 16);
+}
