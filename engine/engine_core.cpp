@@ -111,9 +111,10 @@ step_result engine_core::step() {
   for (const plan_item& item : plan.items) {
     if (!item.samples) continue;
     const sequence& s = seqs_.at(item.id);
-    slots.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature});
+    slots.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
+                     s.req.sampling.top_p});
   }
-  const step_execution exec = exec_->run(plan, slots);
+  const step_execution exec = exec_->run(plan, sched_, slots);
   sched_.update(plan, exec.tokens);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan.items.size());

@@ -16,6 +16,8 @@ struct sample_slot {
   std::uint64_t rng_seed = 0;  ///< fixed per sequence: from the request seed or the prompt
   int position = 0;            ///< index of the token being sampled among the outputs
   double temperature = 1.0;
+  int top_k = 0;               ///< 0: off
+  double top_p = 1.0;
 };
 
 struct step_execution {
@@ -26,7 +28,10 @@ struct step_execution {
 class executor {
  public:
   virtual ~executor() = default;
-  virtual step_execution run(const step_plan& plan, std::span<const sample_slot> slots) = 0;
+  /// Runs a plan; `sched` gives each planned sequence's tokens and block table.
+  virtual step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) = 0;
+  /// Whether the step's time is modelled (the caller waits it out) rather than spent.
+  virtual bool modelled_time() const { return false; }
 };
 
 }  // namespace kiln::engine

@@ -27,7 +27,7 @@ step_shape sim_executor::shape_of(const step_plan& plan) const {
   return s;
 }
 
-step_execution sim_executor::run(const step_plan& plan, std::span<const sample_slot> slots) {
+step_execution sim_executor::run(const step_plan& plan, const scheduler&, std::span<const sample_slot> slots) {
   step_execution out;
   out.seconds = plan.empty() ? 0.0 : model_.time(shape_of(plan)).total;
   out.tokens.reserve(slots.size());

@@ -14,7 +14,8 @@ struct sim_text {
 class sim_executor final : public executor {
  public:
   sim_executor(cost_model model, sim_text text, int vocab_size, token_id eos);
-  step_execution run(const step_plan& plan, std::span<const sample_slot> slots) override;
+  step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) override;
+  bool modelled_time() const override { return true; }
   const cost_model& model() const { return model_; }
   /// The shape a plan presents to the cost model.
   step_shape shape_of(const step_plan& plan) const;

@@ -26,6 +26,8 @@ std::string_view to_string(finish_reason r);
 struct sampling_params {
   int max_tokens = 256;
   double temperature = 1.0;
+  int top_k = 0;        ///< 0: off
+  double top_p = 1.0;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
 };

@@ -1,0 +1,123 @@
+#include "engine/cpu_executor.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "engine/sampler.hpp"
+#include "kernels/reference/ops.hpp"
+#include "kernels/reference/rmsnorm.hpp"
+
+namespace kiln::engine {
+
+namespace ref = kiln::kernels::reference;
+
+cpu_executor::cpu_executor(std::shared_ptr<const llama_weights> weights, kv_geometry kv, int threads)
+    : w_(std::move(weights)), kv_(kv), pool_(threads) {
+  const llama_config& c = w_->cfg;
+  inv_freq_.resize(static_cast<std::size_t>(c.head_dim / 2));
+  ref::rope_inv_freq(static_cast<std::size_t>(c.head_dim), c.rope_theta, c.scaling.llama3 ? c.scaling.factor : 0,
+                     c.scaling.low_freq_factor, c.scaling.high_freq_factor, c.scaling.original_max_position,
+                     inv_freq_.data());
+  const std::size_t per_layer = static_cast<std::size_t>(kv.num_blocks) * static_cast<std::size_t>(kv.block_size) *
+                                static_cast<std::size_t>(c.kv_heads) * static_cast<std::size_t>(c.head_dim);
+  k_cache_.assign(per_layer * static_cast<std::size_t>(c.layers), 0.f);
+  v_cache_.assign(per_layer * static_cast<std::size_t>(c.layers), 0.f);
+}
+
+void cpu_executor::matmul(const float* x, std::size_t T, std::size_t K, const std::vector<float>& w,
+                          const std::vector<float>& bias, std::size_t N, float* y) {
+  const float* b = bias.empty() ? nullptr : bias.data();
+  pool_.parallel_for(N, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(x, T, K, w.data(), b, N, n0, n1, y); });
+}
+
+step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
+  const auto started = std::chrono::steady_clock::now();
+  step_execution out;
+  const llama_config& c = w_->cfg;
+  const auto D = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.intermediate);
+  const auto H = static_cast<std::size_t>(c.heads), KVH = static_cast<std::size_t>(c.kv_heads);
+  const auto hd = static_cast<std::size_t>(c.head_dim), V = static_cast<std::size_t>(c.vocab);
+  const std::size_t qdim = H * hd, kvdim = KVH * hd;
+
+  // Rows: every token computed this step, with its sequence and position.
+  struct row {
+    const seq_status* seq;
+    std::size_t position;
+  };
+  std::vector<row> rows;
+  std::vector<std::size_t> sample_rows;  // the last row of each sampling item, in plan order
+  for (const plan_item& item : plan.items) {
+    const seq_status* s = sched.find(item.id);
+    for (int j = 0; j < item.tokens; ++j) rows.push_back({s, static_cast<std::size_t>(item.context_before + j)});
+    if (item.samples) sample_rows.push_back(rows.size() - 1);
+  }
+  const std::size_t T = rows.size();
+  x_.resize(T * D);
+  h_.resize(T * D);
+  q_.resize(T * qdim);
+  k_.resize(T * kvdim);
+  v_.resize(T * kvdim);
+  attn_.resize(T * qdim);
+  o_.resize(T * D);
+  gate_.resize(T * F);
+  up_.resize(T * F);
+  for (std::size_t r = 0; r < T; ++r) {
+    const auto tok = static_cast<std::size_t>(rows[r].seq->tokens[rows[r].position]);
+    std::memcpy(&x_[r * D], &w_->embed[std::min(tok, V - 1) * D], D * sizeof(float));
+  }
+
+  const std::size_t per_layer = k_cache_.size() / static_cast<std::size_t>(c.layers);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const auto eps = static_cast<float>(c.rms_eps);
+  for (std::size_t l = 0; l < static_cast<std::size_t>(c.layers); ++l) {
+    const layer_weights& L = w_->layers[l];
+    const ref::paged_kv_layer kv{k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer,
+                                 static_cast<std::size_t>(kv_.block_size), KVH, hd};
+    ref::rmsnorm(x_.data(), L.attn_norm.data(), h_.data(), T, D, eps);
+    matmul(h_.data(), T, D, L.wq, L.bq, qdim, q_.data());
+    matmul(h_.data(), T, D, L.wk, L.bk, kvdim, k_.data());
+    matmul(h_.data(), T, D, L.wv, L.bv, kvdim, v_.data());
+    // Position each row, then write its K/V into its block before anyone attends.
+    for (std::size_t r = 0; r < T; ++r) {
+      const auto pos = rows[r].position;
+      ref::rope(&q_[r * qdim], H, hd, static_cast<std::int64_t>(pos), inv_freq_.data());
+      ref::rope(&k_[r * kvdim], KVH, hd, static_cast<std::int64_t>(pos), inv_freq_.data());
+      const block_id b = rows[r].seq->blocks[pos / static_cast<std::size_t>(kv_.block_size)];
+      const std::size_t slot = pos % static_cast<std::size_t>(kv_.block_size);
+      std::memcpy(kv.k_at(b, slot), &k_[r * kvdim], kvdim * sizeof(float));
+      std::memcpy(kv.v_at(b, slot), &v_[r * kvdim], kvdim * sizeof(float));
+    }
+    pool_.parallel_for(T, [&](std::size_t r0, std::size_t r1) {
+      std::vector<float> scratch;
+      for (std::size_t r = r0; r < r1; ++r) {
+        scratch.resize(rows[r].position + 1);
+        ref::paged_attention_row(&q_[r * qdim], kv, rows[r].seq->blocks.data(), rows[r].position + 1, H, scale,
+                                 &attn_[r * qdim], scratch.data());
+      }
+    });
+    matmul(attn_.data(), T, qdim, L.wo, {}, D, o_.data());
+    for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
+    ref::rmsnorm(x_.data(), L.mlp_norm.data(), h_.data(), T, D, eps);
+    matmul(h_.data(), T, D, L.w_gate, {}, F, gate_.data());
+    matmul(h_.data(), T, D, L.w_up, {}, F, up_.data());
+    ref::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
+    matmul(gate_.data(), T, F, L.w_down, {}, D, o_.data());
+    for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
+  }
+
+  // Logits only for rows that sample.
+  const std::size_t S = sample_rows.size();
+  std::vector<float> last(S * D), normed(S * D);
+  for (std::size_t i = 0; i < S; ++i) std::memcpy(&last[i * D], &x_[sample_rows[i] * D], D * sizeof(float));
+  ref::rmsnorm(last.data(), w_->final_norm.data(), normed.data(), S, D, eps);
+  logits_.resize(S * V);
+  const float* head = w_->head();
+  pool_.parallel_for(V, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(normed.data(), S, D, head, nullptr, V, n0, n1, logits_.data()); });
+  for (std::size_t i = 0; i < S && i < slots.size(); ++i)
+    out.tokens.push_back(sample(std::span<const float>(&logits_[i * V], V), slots[i]));
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+}  // namespace kiln::engine

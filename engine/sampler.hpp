@@ -1,0 +1,16 @@
+#pragma once
+// Token sampling from logits: greedy, temperature, top-k, top-p. The random draw depends only
+// on the sequence's seed and the token's position, so a sequence samples the same tokens
+// alone or inside any batch.
+#include <cstdint>
+#include <span>
+
+#include "engine/executor.hpp"
+
+namespace kiln::engine {
+
+token_id sample(std::span<const float> logits, const sample_slot& slot);
+/// The uniform [0, 1) draw for a sequence seed and position.
+double sample_uniform(std::uint64_t seed, int position);
+
+}  // namespace kiln::engine
