@@ -46,6 +46,14 @@ std::size_t safe_emit_end(const std::string& text, std::size_t from,
     }
   }
   if (hit != std::string::npos) return end;
+  // Hold back a UTF-8 character whose last bytes have not arrived yet.
+  for (std::size_t back = 1; back <= 3 && back <= end - std::min(end, from); ++back) {
+    const auto c = static_cast<unsigned char>(text[end - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    const std::size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (want > back) end -= back;
+    break;
+  }
   // Hold back the longest tail that could still grow into a stop string.
   for (const std::string& s : stop) {
     for (std::size_t len = std::min(s.size() - (s.empty() ? 0 : 1), text.size() - from); len > 0; --len) {

@@ -82,8 +82,8 @@ class engine_core {
   std::unordered_map<seq_id, sequence> seqs_;
 };
 
-/// Bytes of `text` (from `from` on) that may be emitted without cutting a stop string;
-/// sets `hit` to the index of a stop string found, or npos.
+/// Bytes of `text` (from `from` on) that may be emitted without cutting a stop string or a
+/// UTF-8 character; sets `hit` to the index of a stop string found, or npos.
 std::size_t safe_emit_end(const std::string& text, std::size_t from,
                           const std::vector<std::string>& stop, std::size_t& hit);
 
