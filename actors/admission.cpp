@@ -13,12 +13,24 @@ std::optional<stream_error> admission_state::admit(chat_job& job) const {
     return stream_error{job.id, 401, "invalid_request_error", msg, "", "invalid_api_key", ""};
   }
   job.team = team->name;
-  const config::pool_config* pool = cfg->pool_for(job.model);
-  if (!pool || !routers.count(job.model)) {
+  auto route = models.find(job.model);
+  if (route == models.end()) {
     return stream_error{job.id, 404, "invalid_request_error",
                         "The model '" + job.model + "' does not exist.", "model",
                         "model_not_found", job.team};
   }
+  const pool_runtime& rt = *route->second.runtime;
+  const config::pool_config* pool = rt.cfg.get();
+  if (!rt.failure.empty()) {
+    return stream_error{job.id, 503, "server_error", "The model '" + job.model + "' is unavailable: " + rt.failure,
+                        "", "model_unavailable", job.team};
+  }
+  auto prompt = rt.prompt_for(job.messages);
+  if (auto* e = std::get_if<std::string>(&prompt)) {
+    return stream_error{job.id, 400, "invalid_request_error", "The chat template rejected the messages: " + *e,
+                        "messages", "invalid_messages", job.team};
+  }
+  job.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
   if (job.max_tokens <= 0) job.max_tokens = pool->default_max_tokens;
   const auto total = static_cast<std::int64_t>(job.prompt.size()) + job.max_tokens;
   if (total > pool->max_context) {
@@ -34,16 +46,17 @@ std::optional<stream_error> admission_state::admit(chat_job& job) const {
 
 caf::behavior admission(caf::stateful_actor<admission_state>* self,
                         std::shared_ptr<const config::kiln_config> cfg,
-                        std::map<std::string, caf::actor, std::less<>> routers) {
+                        std::map<std::string, model_route, std::less<>> models) {
   self->state.cfg = std::move(cfg);
-  self->state.routers = std::move(routers);
+  self->state.models = std::move(models);
   return {
       [self](chat_job& job) {
         if (auto err = self->state.admit(job)) {
           self->send(job.sink, std::move(*err));
           return;
         }
-        self->send(self->state.routers.find(job.model)->second, std::move(job));
+        const caf::actor router = self->state.models.find(job.model)->second.router;
+        self->send(router, std::move(job));
       },
   };
 }

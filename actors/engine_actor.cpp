@@ -3,17 +3,25 @@
 #include <caf/all.hpp>
 #include <xxhash.h>
 
+#include "engine/cpu_executor.hpp"
 #include "engine/sim_executor.hpp"
 
 namespace kiln::actors {
 
-std::unique_ptr<engine::engine_core> make_engine_core(const config::pool_config& pool,
-                                                      std::uint64_t salt) {
-  auto tok = std::make_shared<engine::word_tokenizer>();
-  auto exec = std::make_unique<engine::sim_executor>(engine::cost_model(pool.shape, pool.gpu),
-                                                     pool.text, tok->vocab_size(), tok->eos());
+std::unique_ptr<engine::engine_core> make_engine_core(const pool_runtime& rt, std::uint64_t salt) {
+  const config::pool_config& pool = *rt.cfg;
   const engine::kv_geometry kv{pool.engine_kv_blocks(), pool.block_size};
-  return std::make_unique<engine::engine_core>(pool.limits, kv, std::move(exec), std::move(tok), salt);
+  std::unique_ptr<engine::executor> exec;
+  switch (pool.executor) {
+    case config::executor_kind::sim:
+      exec = std::make_unique<engine::sim_executor>(engine::cost_model(pool.shape, pool.gpu), pool.text,
+                                                    rt.tokenizer->vocab_size(), rt.tokenizer->eos());
+      break;
+    case config::executor_kind::cpu:
+      exec = std::make_unique<engine::cpu_executor>(rt.weights, kv, pool.threads);
+      break;
+  }
+  return std::make_unique<engine::engine_core>(pool.limits, kv, std::move(exec), rt.tokenizer, salt);
 }
 
 engine::engine_request engine_state::to_request(const chat_job& j) const {
@@ -22,6 +30,8 @@ engine::engine_request engine_state::to_request(const chat_job& j) const {
   r.prompt.assign(j.prompt.begin(), j.prompt.end());
   r.sampling.max_tokens = j.max_tokens > 0 ? j.max_tokens : default_max_tokens;
   r.sampling.temperature = j.temperature;
+  r.sampling.top_k = j.top_k;
+  r.sampling.top_p = j.top_p;
   if (j.has_seed) r.sampling.seed = j.seed;
   r.sampling.stop = j.stop;
   r.prio = static_cast<engine::priority>(std::min<std::uint8_t>(j.priority, 2));
@@ -61,6 +71,10 @@ void start_step(stateful* self) {
   st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
   if (!st.stepping) return;
   ++st.steps;
+  if (!st.modelled_time) {
+    self->send(self, step_atom::value);  // computed already: deliver after what is queued
+    return;
+  }
   const auto delay = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(st.pending.seconds));
   self->delayed_send(self, delay, step_atom::value);
@@ -105,13 +119,13 @@ void finish_step(stateful* self) {
 
 }  // namespace
 
-caf::behavior engine_actor(stateful* self, engine_identity who,
-                           std::shared_ptr<const config::pool_config> pool,
+caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<const pool_runtime> pool,
                            std::shared_ptr<engine_gauges> gauges) {
   auto& st = self->state;
   st.core = make_engine_core(*pool, XXH3_64bits(who.replica_id.data(), who.replica_id.size()));
+  st.modelled_time = pool->cfg->executor == config::executor_kind::sim;
   st.who = std::move(who);
-  st.default_max_tokens = pool->default_max_tokens;
+  st.default_max_tokens = pool->cfg->default_max_tokens;
   st.gauges = std::move(gauges);
   st.publish();
   self->set_down_handler([self](caf::down_msg& dm) {

@@ -1,7 +1,9 @@
 #pragma once
-// The engine actor: owns one engine_core and advances it one step at a time. Each step's
-// modelled (sim) duration passes on the actor clock before its tokens go to the sinks, so
-// the same actor runs on real time in `kiln serve` and on virtual time in tests.
+// The engine actor: owns one engine_core and advances it one step at a time. A sim step's
+// modelled duration passes on the actor clock before its tokens go to the sinks, so the same
+// actor runs on real time in `kiln serve` and on virtual time in tests. A cpu step spends its
+// time computing; such an engine is spawned on a thread of its own (see region.cpp), and
+// between steps its mailbox (new jobs, departed clients) is served.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "actors/engine_gauges.hpp"
 #include "actors/messages.hpp"
+#include "actors/pool_runtime.hpp"
 #include "config/config.hpp"
 #include "engine/engine_core.hpp"
 
@@ -38,6 +41,7 @@ struct engine_state {
   std::unordered_set<caf::actor_addr> watched;  ///< sinks this engine monitors
   engine::step_result pending;                  ///< the step now "running"
   bool stepping = false;
+  bool modelled_time = true;  ///< sim: wait the step's time out on the actor clock
   std::uint64_t steps = 0;
   std::shared_ptr<engine_gauges> gauges;
 
@@ -48,12 +52,10 @@ struct engine_state {
   static inline const char* name = "kiln.engine";
 };
 
-/// Builds the engine core a pool's config describes (sim executor for now).
-std::unique_ptr<engine::engine_core> make_engine_core(const config::pool_config& pool,
-                                                      std::uint64_t salt);
+/// Builds the engine core a pool's runtime describes (sim or cpu executor).
+std::unique_ptr<engine::engine_core> make_engine_core(const pool_runtime& pool, std::uint64_t salt);
 
 caf::behavior engine_actor(caf::stateful_actor<engine_state>* self, engine_identity who,
-                           std::shared_ptr<const config::pool_config> pool,
-                           std::shared_ptr<engine_gauges> gauges);
+                           std::shared_ptr<const pool_runtime> pool, std::shared_ptr<engine_gauges> gauges);
 
 }  // namespace kiln::actors

@@ -14,6 +14,17 @@ using step_atom = caf::atom_constant<caf::atom("step")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
+/// One message of a conversation, as the client sent it.
+struct chat_turn {
+  std::string role;
+  std::string content;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
+  return f(caf::meta::type_name("chat_turn"), x.role, x.content);
+}
+
 /// One chat completion on its way front -> admission -> router -> replica -> engine.
 struct chat_job {
   std::uint64_t id = 0;
@@ -22,9 +33,12 @@ struct chat_job {
   std::string model;
   std::uint8_t priority = 1;    ///< engine::priority
   std::string conversation_id;
-  std::vector<std::int32_t> prompt;
+  std::vector<chat_turn> messages;
+  std::vector<std::int32_t> prompt;  ///< set by admission: the pool's template and tokenizer
   std::int32_t max_tokens = 0;  ///< 0: the pool's default
   double temperature = 1.0;
+  std::int32_t top_k = 0;
+  double top_p = 1.0;
   bool has_seed = false;
   std::uint64_t seed = 0;
   std::vector<std::string> stop;
@@ -34,8 +48,8 @@ struct chat_job {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_job& x) {
   return f(caf::meta::type_name("chat_job"), x.id, x.api_key, x.team, x.model, x.priority,
-           x.conversation_id, x.prompt, x.max_tokens, x.temperature, x.has_seed, x.seed, x.stop,
-           x.sink);
+           x.conversation_id, x.messages, x.prompt, x.max_tokens, x.temperature, x.top_k, x.top_p,
+           x.has_seed, x.seed, x.stop, x.sink);
 }
 
 /// Tokens of one step for one request, in order.

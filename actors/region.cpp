@@ -10,17 +10,25 @@
 namespace kiln::actors {
 
 region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
-                            std::shared_ptr<engine_gauges> gauges) {
+                            std::shared_ptr<engine_gauges> gauges, bool detach_blocking) {
   region_handles r;
-  std::map<std::string, caf::actor, std::less<>> routers;
+  std::map<std::string, model_route, std::less<>> models;
   for (const config::pool_config& p : cfg->pools) {
-    auto pool = std::make_shared<const config::pool_config>(p);
+    auto pool = prepare_pool(p);
     auto router = sys.spawn(router_shard, p.model);
+    models.emplace(p.model, model_route{router, pool});
+    r.routers.push_back(router);
+    if (!pool->failure.empty()) {
+      r.pool_failures.push_back(p.model + ": " + pool->failure);
+      continue;  // admission answers for it
+    }
+    const bool blocking = p.executor == config::executor_kind::cpu;
     replica_set set;
     for (int i = 0; i < p.replicas; ++i) {
       const std::string id = p.model + "-" + p.version + "-r" + std::to_string(i);
-      auto engine = sys.spawn(engine_actor, engine_identity{id, p.model, p.version, cfg->region},
-                              pool, gauges);
+      const engine_identity who{id, p.model, p.version, cfg->region};
+      auto engine = blocking && detach_blocking ? sys.spawn<caf::detached>(engine_actor, who, pool, gauges)
+                                                : sys.spawn(engine_actor, who, pool, gauges);
       auto rep = sys.spawn(replica, id, engine, router);
       set.replicas.push_back(rep);
       set.ids.push_back(id);
@@ -29,10 +37,8 @@ region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config
       r.replica_ids.push_back(id);
     }
     caf::anon_send(router, std::move(set));
-    routers.emplace(p.model, router);
-    r.routers.push_back(router);
   }
-  r.admission = sys.spawn(admission, cfg, routers);
+  r.admission = sys.spawn(admission, cfg, std::move(models));
   return r;
 }
 

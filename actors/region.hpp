@@ -20,10 +20,13 @@ struct region_handles {
   std::vector<caf::actor> replicas;
   std::vector<caf::actor> engines;
   std::vector<std::string> replica_ids;
+  std::vector<std::string> pool_failures;  ///< "model: why" for pools that cannot serve
 };
 
+/// `detach_blocking`: engines whose steps block (cpu) get threads of their own; tests on
+/// the test coordinator pass false.
 region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
-                            std::shared_ptr<engine_gauges> gauges);
+                            std::shared_ptr<engine_gauges> gauges, bool detach_blocking = true);
 /// Ends every actor of the region.
 void stop_region(const region_handles& r);
 

@@ -7,6 +7,7 @@
 
 #include "cluster/node.hpp"
 #include "config/config.hpp"
+#include "engine/model_dir.hpp"
 
 namespace {
 
@@ -15,6 +16,8 @@ constexpr std::string_view kUsage =
     "  kiln serve [--config FILE] [--port N]   run one node: one region, every role\n"
     "  kiln config show [--config FILE]       print the configuration (the embedded default\n"
     "                                          when no file is given)\n"
+    "  kiln make-tiny-model DIR [--size S]    write a small Llama model with random weights and a\n"
+    "                                          trained BPE tokenizer (S: tiny, small, 100m)\n"
     "  kiln help\n";
 
 int usage_error(const std::string& msg) {
@@ -76,6 +79,21 @@ int main(int argc, char** argv) {
       return 1;
     }
     return kiln::cluster::serve(std::get<kiln::config::kiln_config>(cfg), {a.port}, std::cout);
+  }
+  if (v[0] == "make-tiny-model") {
+    if (v.size() < 2 || v[1].rfind("--", 0) == 0) return usage_error("make-tiny-model needs a directory");
+    std::string size = "tiny";
+    for (std::size_t i = 2; i < v.size(); ++i) {
+      if (v[i] == "--size" && i + 1 < v.size()) size = v[++i];
+      else return usage_error("unknown option '" + v[i] + "'");
+    }
+    if (!kiln::engine::tiny_model_size_known(size)) return usage_error("--size must be tiny, small or 100m");
+    if (auto e = kiln::engine::make_tiny_model(v[1], size); !e.empty()) {
+      std::cerr << "kiln: " << e << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << size << " model to " << v[1] << "\n";
+    return 0;
   }
   if (v[0] == "config" && v.size() >= 2 && v[1] == "show") {
     if (!parse_flags(v, 2, a, err)) return usage_error(err);

@@ -24,7 +24,9 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
   const std::string url = "http://" + cfg.server.host + ":" + std::to_string(port);
   out << "kiln serving on " << url << " (region " << cfg.region << ")\n";
   for (const auto& p : cfg.pools)
-    out << "  model " << p.model << " version " << p.version << ": " << p.replicas << " replicas (sim executor)\n";
+    out << "  model " << p.model << " version " << p.version << ": " << p.replicas << " replicas ("
+        << (p.executor == config::executor_kind::cpu ? "cpu executor, " + p.resolved_model_dir() : std::string("sim executor"))
+        << ")\n";
   for (const auto& t : cfg.teams) out << "  team " << t.name << " key " << t.api_key << "\n";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
       << cfg.teams.front().api_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
@@ -59,7 +61,6 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   deps.admission = region.admission;
   deps.metrics = std::make_shared<net::front_metrics>();
   deps.gauges = gauges;
-  deps.tokenizer = std::make_shared<engine::word_tokenizer>();
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   };
@@ -71,6 +72,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     return 1;
   }
   print_banner(out, *cfg, std::get<std::uint16_t>(bound));
+  for (const auto& f : region.pool_failures) std::cerr << "kiln: pool unavailable: " << f << "\n";
 
   boost::asio::signal_set signals(ioc, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {

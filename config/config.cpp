@@ -1,11 +1,14 @@
 #include "config/config.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include <toml++/toml.h>
+
+#include "engine/model_dir.hpp"
 
 namespace kiln::config {
 
@@ -144,7 +147,14 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("replicas", p.replicas, 1, 1024);
   std::string executor = "sim";
   r.text("executor", executor);
-  if (executor != "sim") r.fail("executor", "must be \"sim\" (got \"" + executor + "\")");
+  if (executor == "cpu") p.executor = executor_kind::cpu;
+  else if (executor != "sim") r.fail("executor", "must be \"sim\" or \"cpu\" (got \"" + executor + "\")");
+  r.text("model_dir", p.model_dir);
+  r.text("make_if_absent", p.make_if_absent);
+  r.number("threads", p.threads, 1, 256);
+  if (p.executor == executor_kind::cpu && p.model_dir.empty()) r.fail("model_dir", "is required for the cpu executor");
+  if (!p.make_if_absent.empty() && !engine::tiny_model_size_known(p.make_if_absent))
+    r.fail("make_if_absent", "must be tiny, small or 100m (got \"" + p.make_if_absent + "\")");
   r.number("max_tokens_per_step", p.limits.max_tokens_per_step, 1, 1e7);
   r.number("max_running", p.limits.max_running, 1, 1e6);
   r.number("kv_reserve_blocks", p.limits.kv_reserve_blocks, 0, 1e8);
@@ -221,7 +231,14 @@ const team_config* kiln_config::team_by_key(std::string_view key) const {
 
 int pool_config::engine_kv_blocks() const {
   if (kv_blocks > 0) return kv_blocks + 1;
+  if (executor == executor_kind::cpu) return 1024 + 1;
   return engine::cost_model(shape, gpu).kv_blocks(block_size) + 1;
+}
+
+std::string pool_config::resolved_model_dir() const {
+  if (model_dir.rfind("~/", 0) != 0) return model_dir;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + model_dir.substr(1);
 }
 
 const pool_config* kiln_config::pool_for(std::string_view model) const {

@@ -28,7 +28,7 @@ struct team_config {
   std::string api_key;
 };
 
-enum class executor_kind { sim };
+enum class executor_kind { sim, cpu };
 
 /// One model version served by `replicas` engines in this region.
 struct pool_config {
@@ -36,6 +36,9 @@ struct pool_config {
   std::string version;
   int replicas = 1;
   executor_kind executor = executor_kind::sim;
+  std::string model_dir;          ///< cpu: a Hugging Face model directory ("~/" is $HOME)
+  std::string make_if_absent;     ///< cpu: a make-tiny-model size to create model_dir with
+  int threads = 2;                ///< cpu: threads of the forward pass
   engine::scheduler_limits limits;
   int block_size = 16;            ///< tokens per KV block
   int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights
@@ -45,8 +48,11 @@ struct pool_config {
   engine::gpu_assumptions gpu;
   engine::sim_text text;
 
-  /// KV blocks per engine, null block included: kv_blocks, or derived from the cost model.
+  /// KV blocks per engine, null block included: kv_blocks, or derived from the cost model
+  /// (sim) or 1024 (cpu).
   int engine_kv_blocks() const;
+  /// model_dir with a leading "~/" expanded.
+  std::string resolved_model_dir() const;
 };
 
 struct kiln_config {

@@ -67,6 +67,24 @@ kv_memory_fraction = 0.90     # weights + KV; the rest is runtime reserve
 [pools.sim_text]
 min_output_tokens = 16
 max_output_tokens = 400
+
+# A small Llama-architecture model with random weights, run for real on the CPU. Created
+# on first start (kiln make-tiny-model) when the directory is absent.
+[[pools]]
+model = "tiny-chat"
+version = "v1"
+replicas = 1
+executor = "cpu"
+model_dir = "~/.kiln/models/tiny-chat"
+make_if_absent = "tiny"
+threads = 2
+max_tokens_per_step = 256
+max_running = 16
+block_size = 16
+kv_blocks = 1024
+kv_reserve_blocks = 4
+default_max_tokens = 128
+max_context = 4096
 )toml";
   return text;
 }

@@ -12,7 +12,6 @@
 
 #include "actors/engine_gauges.hpp"
 #include "config/config.hpp"
-#include "engine/tokenizer.hpp"
 #include "net/metrics.hpp"
 
 namespace boost::asio { class io_context; }
@@ -26,7 +25,6 @@ struct server_deps {
   caf::actor admission;
   std::shared_ptr<front_metrics> metrics;
   std::shared_ptr<actors::engine_gauges> gauges;
-  std::shared_ptr<const engine::tokenizer> tokenizer;
   std::function<void(const std::string&)> access_log;  ///< one line per request
 };
 

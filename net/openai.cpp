@@ -104,8 +104,13 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
       return invalid("'temperature' must be a number between 0 and 2.", "temperature");
     out.temperature = v.get<double>();
   } else if (key == "top_p") {
-    if (!v.is_null() && (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1))
-      return invalid("'top_p' must be a number between 0 and 1.", "top_p");
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 1)
+      return invalid("'top_p' must be a number greater than 0 and at most 1.", "top_p");
+    out.top_p = v.get<double>();
+  } else if (key == "top_k") {
+    if (v.is_null()) return std::nullopt;
+    if (auto e = read_int(v, "top_k", 0, 1 << 20, out.top_k)) return e;
   } else if (key == "seed") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_number_integer()) return invalid("'seed' must be an integer.", "seed");

@@ -28,6 +28,8 @@ struct chat_params {
   bool stream = false;
   int max_tokens = 0;  ///< 0: the pool's default
   double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;  ///< an extension OpenAI lacks; 0: off
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
 };

@@ -227,10 +227,11 @@ class session_impl final : public session, public std::enable_shared_from_this<s
     job.api_key = bearer_key(req);
     job.model = p.model;
     job.conversation_id = header(req, "x-conversation-id");
-    const auto tokens = deps_.tokenizer->encode(engine::render_chat_prompt(p.messages));
-    job.prompt.assign(tokens.begin(), tokens.end());
+    for (auto& m : p.messages) job.messages.push_back({std::move(m.role), std::move(m.content)});
     job.max_tokens = p.max_tokens;
     job.temperature = p.temperature;
+    job.top_p = p.top_p;
+    job.top_k = p.top_k;
     job.has_seed = p.seed.has_value();
     job.seed = p.seed.value_or(0);
     job.stop = std::move(p.stop);

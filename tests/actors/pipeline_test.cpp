@@ -21,6 +21,7 @@ namespace {
 std::shared_ptr<const config::kiln_config> region_config(int replicas) {
   auto r = config::parse_config(config::embedded_default_config(), "<embedded>");
   auto cfg = std::get<config::kiln_config>(r);
+  cfg.pools.resize(1);  // the sim pool only
   cfg.pools[0].replicas = replicas;
   cfg.pools[0].text = {300, 400};
   return std::make_shared<const config::kiln_config>(cfg);
@@ -29,7 +30,7 @@ std::shared_ptr<const config::kiln_config> region_config(int replicas) {
 struct region_fixture : test::actor_fixture {
   std::shared_ptr<const config::kiln_config> cfg = region_config(2);
   std::shared_ptr<actors::engine_gauges> gauges = std::make_shared<actors::engine_gauges>();
-  actors::region_handles region = actors::spawn_region(sys, cfg, gauges);
+  actors::region_handles region = actors::spawn_region(sys, cfg, gauges, /*detach_blocking=*/false);
   engine::word_tokenizer tok;
   std::uint64_t next_id = 1;
 
@@ -55,8 +56,7 @@ struct region_fixture : test::actor_fixture {
     job.id = next_id++;
     job.api_key = key;
     job.model = model;
-    const auto ids = tok.encode(prompt);
-    job.prompt.assign(ids.begin(), ids.end());
+    job.messages = {{"user", prompt}};
     job.max_tokens = max_tokens;
     job.temperature = 0;
     job.sink = o.sink;
@@ -84,7 +84,8 @@ TEST_CASE_FIXTURE(region_fixture, "pipeline: tokens arrive in order, then exactl
   const auto& end = req.rec->ends[0];
   CHECK(end.finish_reason == "length");
   CHECK(end.completion_tokens == 12);
-  CHECK(end.prompt_tokens == 2);
+  const int n = static_cast<int>(tok.encode(engine::render_chat_prompt({{"user", "hello kiln"}})).size());
+  CHECK(end.prompt_tokens == n);
   CHECK(end.team == "search");
   CHECK(end.model_version == "v1");
   CHECK(end.region == "local");
@@ -97,9 +98,9 @@ TEST_CASE_FIXTURE(region_fixture, "pipeline: tokens arrive in order, then exactl
   double expected = 0;
   for (int k = 0; k < 12; ++k) {
     engine::step_shape s;
-    s.new_tokens = k == 0 ? 2 : 1;
-    s.kv_tokens_read = k == 0 ? 2 : 2 + k;
-    if (k == 0) s.attention_flops = model.attention_flops(2, 0);
+    s.new_tokens = k == 0 ? n : 1;
+    s.kv_tokens_read = k == 0 ? n : n + k;
+    if (k == 0) s.attention_flops = model.attention_flops(n, 0);
     expected += model.time(s).total;
   }
   CHECK(std::chrono::duration<double>(elapsed).count() == doctest::Approx(expected).epsilon(1e-6));

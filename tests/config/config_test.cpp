@@ -30,8 +30,12 @@ TEST_CASE("config: the embedded default describes region local, chat-7b@v1 and t
   REQUIRE(std::holds_alternative<kiln_config>(r));
   const kiln_config& c = std::get<kiln_config>(r);
   CHECK(c.region == "local");
-  REQUIRE(c.pools.size() == 1);
+  REQUIRE(c.pools.size() == 2);
   CHECK(c.pools[0].model == "chat-7b");
+  CHECK(c.pools[1].model == "tiny-chat");
+  CHECK(c.pools[1].executor == executor_kind::cpu);
+  CHECK(c.pools[1].make_if_absent == "tiny");
+  CHECK(c.pools[1].resolved_model_dir().find("/.kiln/models/tiny-chat") != std::string::npos);
   CHECK(c.pools[0].version == "v1");
   CHECK(c.pools[0].replicas > 1);
   CHECK(c.pools[0].gpu.hbm_bytes_per_s == doctest::Approx(4.8e12));
@@ -59,7 +63,10 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "[[teams]]\nname = \"u\"\napi_key = \"k\"\n") == "test.toml: teams[1].api_key is used by another team");
   CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"w\"\n") == "test.toml: pools[1].model \"m\" is defined twice");
   CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n") == "test.toml: pools: at least one [[pools]] entry is required");
-  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\" (got \"gpu\")");
+  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\" or \"cpu\" (got \"gpu\")");
+  CHECK(error_of(kMinimal + "executor = \"cpu\"\n") == "test.toml: pools[0].model_dir is required for the cpu executor");
+  CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nmake_if_absent = \"huge\"\n") ==
+        "test.toml: pools[0].make_if_absent must be tiny, small or 100m (got \"huge\")");
   CHECK(error_of(kMinimal + "replicas = 0\n").find("pools[0].replicas must be between 1") != std::string::npos);
   CHECK(error_of(kMinimal + "[pools.sim_text]\nmin_output_tokens = 9\nmax_output_tokens = 3\n") ==
         "test.toml: pools[0].sim_text.max_output_tokens must be at least min_output_tokens");

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <memory>
 #include <regex>
@@ -275,4 +277,42 @@ TEST_CASE("e2e: a repeated conversation reports its cached prefix, per team; a c
   CHECK(usage_of("key-assistant", "")["prompt_tokens_details"]["cached_tokens"] == 0);
   CHECK(usage_of("key-search", ",\"cache_salt\":\"other\"")["prompt_tokens_details"]["cached_tokens"] ==
         (prompt - 1) / 16 * 16);
+}
+
+TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model directory is a 503 and the rest serves") {
+  char tmpl[] = "/tmp/kiln-e2e-models-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string broken = root + "/broken";
+  std::filesystem::create_directories(broken);
+  std::ofstream(broken + "/config.json") << "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":8}";
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", root + "/tiny") + cpu_pool("broken-chat", broken, false));
+  auto body = [](const std::string& model, bool stream) {
+    return "{\"model\":\"" + model + "\",\"stream\":" + (stream ? "true" : "false") +
+           ",\"max_tokens\":6,\"temperature\":0,\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful kiln "
+           "assistant who answers in short sentences about clay and glaze.\"},{\"role\":\"user\",\"content\":\"Hello\"}]}";
+  };
+  const http_response streamed = request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", true), kAuth);
+  REQUIRE(streamed.status == 200);
+  const auto events = sse_data(streamed.body);
+  REQUIRE(events.size() >= 4);
+  CHECK(events.back() == "[DONE]");
+  const json usage = json::parse(events[events.size() - 2]);
+  CHECK(usage["usage"]["completion_tokens"] == 6);
+  const int prompt = usage["usage"]["prompt_tokens"];
+  CHECK(prompt > 20);
+  CHECK(usage["replica_id"] == "tiny-chat-v1-r0");
+  // The same conversation again: greedy, so the same answer, now with its prefix cached.
+  const json first = json::parse(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).body);
+  const json again = json::parse(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).body);
+  CHECK(again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]);
+  CHECK(again["usage"]["prompt_tokens_details"]["cached_tokens"] == (prompt - 1) / 16 * 16);
+  // The broken pool answers with its load error; the others keep serving.
+  const http_response bad = request(p.port(), "POST", "/v1/chat/completions", body("broken-chat", false), kAuth);
+  CHECK(bad.status == 503);
+  const json err = json::parse(bad.body);
+  CHECK(err["error"]["code"] == "model_unavailable");
+  CHECK(err["error"]["message"].get<std::string>().find("'intermediate_size' is missing") != std::string::npos);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", body("chat-7b", false), kAuth).status == 200);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).status == 200);
+  std::filesystem::remove_all(root);
 }

@@ -108,3 +108,13 @@ max_output_tokens = 400
 }
 
 }  // namespace kiln::test
+
+namespace kiln::test {
+
+std::string cpu_pool(const std::string& model, const std::string& dir, bool make_if_absent) {
+  return "[[pools]]\nmodel = \"" + model + "\"\nversion = \"v1\"\nexecutor = \"cpu\"\nmodel_dir = \"" + dir + "\"\n" +
+         (make_if_absent ? "make_if_absent = \"tiny\"\n" : "") +
+         "threads = 2\nmax_tokens_per_step = 128\nmax_running = 8\nkv_blocks = 256\ndefault_max_tokens = 16\nmax_context = 2048\n";
+}
+
+}  // namespace kiln::test

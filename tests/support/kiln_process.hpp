@@ -27,5 +27,7 @@ class kiln_process {
 
 /// The embedded default with overrides suited to tests (small limits, short timeouts).
 std::string test_config(int replicas = 2, int request_timeout_ms = 400, int grace_ms = 400);
+/// A [[pools]] entry for a cpu pool `model` on `dir` (created as a tiny model if absent).
+std::string cpu_pool(const std::string& model, const std::string& dir, bool make_if_absent = true);
 
 }  // namespace kiln::test

@@ -1,0 +1,52 @@
+#include "actors/pool_runtime.hpp"
+
+#include <filesystem>
+
+#include "engine/model_dir.hpp"
+
+namespace kiln::actors {
+
+std::variant<std::vector<std::int32_t>, std::string> pool_runtime::prompt_for(const std::vector<chat_turn>& messages) const {
+  std::vector<engine::chat_message> msgs;
+  for (const auto& m : messages) msgs.push_back({m.role, m.content});
+  std::string text;
+  if (tmpl) {
+    auto r = tmpl->render(msgs, true);
+    if (r.index() == 1) return std::get<1>(r);
+    text = std::get<0>(r);
+  } else {
+    text = engine::render_chat_prompt(msgs);
+  }
+  const auto ids = tokenizer->encode(text);
+  return std::vector<std::int32_t>(ids.begin(), ids.end());
+}
+
+std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg) {
+  auto rt = std::make_shared<pool_runtime>();
+  rt->cfg = std::make_shared<const config::pool_config>(cfg);
+  switch (cfg.executor) {
+    case config::executor_kind::sim:
+      rt->tokenizer = std::make_shared<engine::word_tokenizer>();
+      return rt;
+    case config::executor_kind::cpu: break;
+  }
+  const std::string dir = cfg.resolved_model_dir();
+  if (!cfg.make_if_absent.empty() && !std::filesystem::exists(dir)) {
+    if (auto e = engine::make_tiny_model(dir, cfg.make_if_absent); !e.empty()) {
+      rt->failure = "cannot create " + dir + ": " + e;
+      return rt;
+    }
+  }
+  auto loaded = engine::load_model_dir(dir);
+  if (auto* e = std::get_if<std::string>(&loaded)) {
+    rt->failure = *e;
+    return rt;
+  }
+  auto& m = std::get<engine::loaded_model>(loaded);
+  rt->tokenizer = m.tokenizer;
+  rt->tmpl = m.tmpl;
+  rt->weights = m.weights;
+  return rt;
+}
+
+}  // namespace kiln::actors

@@ -1,0 +1,32 @@
+#pragma once
+// What a pool serves with, prepared once at startup: its tokenizer and chat template, and
+// for the cpu executor the loaded weights. A pool whose model cannot be loaded keeps the
+// error and answers every request with it; the rest of the node serves on.
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "config/config.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/llama_model.hpp"
+#include "engine/tokenizer.hpp"
+
+namespace kiln::actors {
+
+struct pool_runtime {
+  std::shared_ptr<const config::pool_config> cfg;
+  std::shared_ptr<const engine::tokenizer> tokenizer;
+  std::shared_ptr<const engine::chat_template> tmpl;      ///< null: the stand-in template
+  std::shared_ptr<const engine::llama_weights> weights;   ///< cpu executor
+  std::string failure;                                     ///< non-empty: cannot serve
+
+  /// The prompt's token ids, or the chat template's error.
+  std::variant<std::vector<std::int32_t>, std::string> prompt_for(const std::vector<chat_turn>& messages) const;
+};
+
+/// Loads (creating the tiny model first where the config asks) what a pool needs.
+std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg);
+
+}  // namespace kiln::actors

@@ -1,0 +1,111 @@
+#include "engine/model_dir.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tiny_model.hpp"
+
+namespace kiln::engine {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kChatMl =
+    "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}";
+
+// Text to train the tokenizer on: sentences of a fixed word list, with punctuation, digits
+// and the chat roles, so common words become single tokens.
+std::string training_corpus() {
+  static const char* words[] = {
+      "the", "a", "kiln", "fire", "clay", "glaze", "bowl", "cup", "heat", "model", "token", "stream", "team", "share",
+      "batch", "step", "cache", "block", "prefix", "route", "replica", "region", "answer", "question", "light", "warm",
+      "slow", "fast", "quiet", "bright", "small", "large", "new", "old", "good", "simple", "careful", "steady", "open",
+      "close", "here", "there", "then", "now", "again", "always", "never", "often", "under", "over", "between", "after",
+      "before", "because", "while", "when", "where", "which", "what", "how", "why", "and", "or", "but", "not", "is",
+      "are", "was", "we", "you", "they", "it", "this", "that", "of", "to", "in", "on", "with", "for", "from", "by",
+      "hello", "thanks", "please", "yes", "no", "user", "assistant", "system", "helpful", "I", "can", "will", "make",
+      "turn", "send", "read", "write", "serve", "learn", "build", "test", "run", "wait", "start", "finish", "rest"};
+  std::mt19937 rng(2026);
+  std::string out;
+  for (int s = 0; s < 3000; ++s) {
+    const int n = 4 + static_cast<int>(rng() % 10);
+    for (int w = 0; w < n; ++w) {
+      std::string word = words[rng() % std::size(words)];
+      if (w == 0) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+      out += (w ? " " : "") + word;
+      if (rng() % 9 == 0) out += ",";
+    }
+    out += rng() % 5 == 0 ? "?" : ".";
+    if (rng() % 7 == 0) out += " " + std::to_string(rng() % 1000);
+    out += rng() % 4 == 0 ? "\n" : " ";
+  }
+  return out;
+}
+
+}  // namespace
+
+bool tiny_model_size_known(const std::string& size) { return size == "tiny" || size == "small" || size == "100m"; }
+
+std::string make_tiny_model(const std::string& dir_name, const std::string& size) {
+  if (!tiny_model_size_known(size)) return "unknown size '" + size + "' (tiny, small, 100m)";
+  const fs::path dir(dir_name);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return dir_name + ": " + ec.message();
+  const std::string tok_json = train_byte_level_bpe(training_corpus(), 1024, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  auto parsed = bpe_tokenizer::from_json(tok_json);
+  if (auto* e = std::get_if<std::string>(&parsed)) return "tokenizer training failed: " + *e;
+  const auto& tok = *std::get<std::shared_ptr<bpe_tokenizer>>(parsed);
+  std::ofstream(dir / "tokenizer.json") << tok_json;
+  const nlohmann::json tok_cfg = {{"chat_template", kChatMl}, {"bos_token", nullptr}, {"eos_token", "<|im_end|>"},
+                                  {"pad_token", "<|endoftext|>"}, {"add_bos_token", false},
+                                  {"model_max_length", 4096}, {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  std::ofstream(dir / "tokenizer_config.json") << tok_cfg.dump(2) << "\n";
+
+  llama_config c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab = tok.vocab_size();
+  c.rope_theta = 10000;
+  c.max_position = 4096;
+  c.eos_ids = {*tok.token_to_id("<|im_end|>")};
+  c.bos_id = *tok.token_to_id("<|endoftext|>");
+  if (size == "tiny") {
+    c.hidden = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 16, c.intermediate = 176;
+    c.tie_embeddings = false;  // a random tied head would only echo the last input token
+  } else if (size == "small") {
+    c.hidden = 256, c.layers = 4, c.heads = 8, c.kv_heads = 4, c.head_dim = 32, c.intermediate = 704;
+  } else {
+    c.hidden = 768, c.layers = 12, c.heads = 12, c.kv_heads = 4, c.head_dim = 64, c.intermediate = 3072;
+  }
+  const llama_weights w = random_llama(c, 42);
+  return save_llama(dir_name, w, size == "100m" ? dtype::bf16 : dtype::f32);
+}
+
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir) {
+  loaded_model m;
+  auto w = load_llama(dir);
+  if (auto* e = std::get_if<std::string>(&w)) return *e;
+  m.weights = std::get<std::shared_ptr<const llama_weights>>(w);
+  auto t = bpe_tokenizer::load((fs::path(dir) / "tokenizer.json").string());
+  if (auto* e = std::get_if<std::string>(&t)) return *e;
+  auto tok = std::get<std::shared_ptr<bpe_tokenizer>>(t);
+  if (tok->vocab_size() > m.weights->cfg.vocab)
+    return dir + ": tokenizer.json has " + std::to_string(tok->vocab_size()) + " tokens but the model only " +
+           std::to_string(m.weights->cfg.vocab);
+  auto tmpl = chat_template::from_tokenizer_config((fs::path(dir) / "tokenizer_config.json").string());
+  if (auto* e = std::get_if<std::string>(&tmpl)) return *e;
+  auto ct = std::make_shared<const chat_template>(std::move(std::get<chat_template>(tmpl)));
+  // The turn ends at the template's eos token, else at the model's first eos id.
+  if (auto id = tok->token_to_id(ct->eos()); id && !ct->eos().empty()) tok->set_eos(*id);
+  else if (!m.weights->cfg.eos_ids.empty()) tok->set_eos(m.weights->cfg.eos_ids[0]);
+  m.tokenizer = tok;
+  m.tmpl = ct;
+  return m;
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,32 @@
+#pragma once
+// A whole Hugging Face model directory for the CPU (and later cuda) executor: weights,
+// tokenizer.json, and tokenizer_config.json's chat template and eos token.
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "engine/bpe_tokenizer.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/llama_model.hpp"
+
+namespace kiln::engine {
+
+struct loaded_model {
+  std::shared_ptr<const llama_weights> weights;
+  std::shared_ptr<const bpe_tokenizer> tokenizer;
+  std::shared_ptr<const chat_template> tmpl;
+};
+
+/// Loads everything; one error line naming the file at fault.
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir);
+
+/// Sizes of `make-tiny-model`: "tiny" (a few hundred thousand parameters, for tests),
+/// "small" (a few million), "100m" (about 100 million, for the CPU decode benchmark).
+bool tiny_model_size_known(const std::string& size);
+
+/// Writes a small Llama-architecture model into `dir`: deterministic random weights, a
+/// byte-level BPE tokenizer.json trained on generated text, and tokenizer_config.json with
+/// a ChatML template. An error line, or empty on success.
+std::string make_tiny_model(const std::string& dir, const std::string& size = "tiny");
+
+}  // namespace kiln::engine
