@@ -41,6 +41,30 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   return out;
 }
 
+// Four dot products against one weight row: each weight load feeds four FMAs.
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* x0, const float* x1, const float* x2, const float* x3,
+                                                   const float* w, std::size_t n, float* out) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 wv = _mm256_loadu_ps(w + i);
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, s3);
+  }
+  const __m256 sums[4] = {s0, s1, s2, s3};
+  const float* xs[4] = {x0, x1, x2, x3};
+  for (int r = 0; r < 4; ++r) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sums[r]), _mm256_extractf128_ps(sums[r], 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float v = _mm_cvtss_f32(h);
+    for (std::size_t k = i; k < n; ++k) v += xs[r][k] * w[k];
+    out[r] = v;
+  }
+}
+
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
 
@@ -59,7 +83,17 @@ void matmul_xwt(const float* x, std::size_t T, std::size_t K, const float* w, co
   for (std::size_t n = n_begin; n < n_end; ++n) {
     const float* wr = w + n * K;
     const float b = bias ? bias[n] : 0.f;
-    for (std::size_t t = 0; t < T; ++t) y[t * N + n] = dot(x + t * K, wr, K) + b;
+    std::size_t t = 0;
+#if defined(__x86_64__)
+    if (kHaveAvx2) {
+      float out[4];
+      for (; t + 4 <= T; t += 4) {
+        dot4_avx2(x + t * K, x + (t + 1) * K, x + (t + 2) * K, x + (t + 3) * K, wr, K, out);
+        for (int r = 0; r < 4; ++r) y[(t + static_cast<std::size_t>(r)) * N + n] = out[r] + b;
+      }
+    }
+#endif
+    for (; t < T; ++t) y[t * N + n] = dot(x + t * K, wr, K) + b;
   }
 }
 

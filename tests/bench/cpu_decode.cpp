@@ -1,0 +1,129 @@
+// cpu_decode: decode tokens/s of the CPU executor at batch 1 and 16 on a ~100M-parameter
+// model (made with make-tiny-model --size 100m when absent), beside the memory bandwidth a
+// triad loop measures in the same run. A decode step must read every weight once, so
+// roofline step time = bytes read per step / bandwidth; the fraction printed is that over
+// the measured step time.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/cpu_executor.hpp"
+#include "engine/model_dir.hpp"
+
+using namespace kiln::engine;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// Best of `reps` of a[i] = b[i] + s * c[i] over n floats on `threads` threads; bytes/s
+// counting the three arrays once each.
+double triad_bandwidth(std::size_t n, int threads, int reps) {
+  std::vector<float> a(n), b(n, 1.f), c(n, 2.f);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const std::size_t lo = n * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+        const std::size_t hi = n * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+        for (std::size_t i = lo; i < hi; ++i) a[i] = b[i] + 0.5f * c[i];
+      });
+    for (auto& th : ts) th.join();
+    best = std::min(best, seconds_since(t0));
+  }
+  if (a[n / 2] != 2.f) std::fprintf(stderr, "triad check failed\n");
+  return 3.0 * sizeof(float) * static_cast<double>(n) / best;
+}
+
+struct decode_result {
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double bytes_per_step = 0;
+};
+
+decode_result decode(std::shared_ptr<const llama_weights> w, int batch, int prompt_len, int steps, int threads) {
+  const kv_geometry kv{1 + batch * ((prompt_len + steps + 16) / 16 + 1), 16};
+  scheduler sched({4096, batch, 0}, kv.num_blocks, kv.block_size);
+  cpu_executor exec(w, kv, threads);
+  for (int b = 0; b < batch; ++b) {
+    std::vector<token_id> prompt(static_cast<std::size_t>(prompt_len));
+    for (int i = 0; i < prompt_len; ++i) prompt[static_cast<std::size_t>(i)] = (b * 131 + i * 7) % w->cfg.vocab;
+    sched.add(static_cast<seq_id>(b + 1), priority::standard, prompt, steps + 2);
+  }
+  auto step = [&] {
+    const step_plan plan = sched.schedule();
+    std::vector<sample_slot> slots;
+    for (const auto& item : plan.items)
+      if (item.samples) slots.push_back({item.id, 1, sched.find(item.id)->generated, 0.0});
+    const auto out = exec.run(plan, sched, slots);
+    sched.update(plan, out.tokens);
+    return plan;
+  };
+  step();  // prefill
+  decode_result r;
+  const auto t0 = clock_type::now();
+  double kv_tokens = 0;
+  for (int s = 0; s < steps; ++s) {
+    const step_plan plan = step();
+    for (const auto& item : plan.items) kv_tokens += item.context_before + 1;
+  }
+  const double elapsed = seconds_since(t0);
+  const llama_config& c = w->cfg;
+  const double kv_bytes_per_token = 2.0 * c.layers * c.kv_heads * c.head_dim * sizeof(float);
+  r.step_s = elapsed / steps;
+  r.tokens_per_s = batch * steps / elapsed;
+  r.bytes_per_step = static_cast<double>(w->bytes()) + kv_tokens / steps * kv_bytes_per_token;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "/tmp/kiln-bench-100m";
+  int threads = 2, steps = 32, prompt = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i];
+    if (f == "--model") dir = argv[i + 1];
+    else if (f == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (f == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (f == "--prompt") prompt = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: cpu_decode [--model DIR] [--threads N] [--steps N] [--prompt N]\n");
+      return 2;
+    }
+  }
+  if (!std::filesystem::exists(dir)) {
+    std::printf("making a 100m model in %s\n", dir.c_str());
+    if (auto e = make_tiny_model(dir, "100m"); !e.empty()) {
+      std::fprintf(stderr, "%s\n", e.c_str());
+      return 1;
+    }
+  }
+  auto loaded = load_model_dir(dir);
+  if (auto* e = std::get_if<std::string>(&loaded)) {
+    std::fprintf(stderr, "%s\n", e->c_str());
+    return 1;
+  }
+  const auto w = std::get<loaded_model>(loaded).weights;
+  std::size_t params = w->bytes() / sizeof(float) + (w->lm_head.empty() ? 0 : w->embed.size());
+  std::printf("model: %s, %.1fM parameters, %.0f MB of F32 weights read per step, threads %d\n", dir.c_str(),
+              static_cast<double>(params) / 1e6, static_cast<double>(w->bytes()) / 1e6, threads);
+  const double bw = triad_bandwidth(64u << 20, threads, 10);
+  std::printf("triad bandwidth (64M floats, best of 10, %d threads): %.1f GB/s\n", threads, bw / 1e9);
+  std::printf("%-6s %12s %12s %14s %16s %10s\n", "batch", "step ms", "tokens/s", "MB read/step", "roofline ms", "fraction");
+  for (int batch : {1, 16}) {
+    const decode_result r = decode(w, batch, prompt, steps, threads);
+    const double roofline = r.bytes_per_step / bw;
+    std::printf("%-6d %12.2f %12.1f %14.1f %16.2f %9.0f%%\n", batch, r.step_s * 1e3, r.tokens_per_s, r.bytes_per_step / 1e6,
+                roofline * 1e3, 100.0 * roofline / r.step_s);
+  }
+  return 0;
+}
