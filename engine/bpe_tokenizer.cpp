@@ -266,7 +266,8 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
     if (dumped.find("Prepend") == std::string::npos && dumped.find("Replace") == std::string::npos && !t->byte_fallback_)
       return std::string("neither a ByteLevel nor a Metaspace tokenizer");
     saw_metaspace = true;
-    t->prepend_scheme_ = dumped.find("Prepend") != std::string::npos ? "first" : "never";
+    // Normalizers run on every piece of text between added tokens, so each gets the prefix.
+    t->prepend_scheme_ = dumped.find("Prepend") != std::string::npos ? "always" : "never";
     t->metaspace_split_ = false;
   }
   t->byte_level_ = saw_byte_level;

@@ -82,12 +82,23 @@ TEST_CASE("Metaspace BPE with byte fallback round-trips text outside its vocabul
                   {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}}},
                   {"model", {{"type", "BPE"}, {"vocab", v}, {"byte_fallback", true}, {"unk_token", "<unk>"},
                              {"merges", json::array({"▁ h", "▁h e", "l l", "▁he ll", "▁hell o"})}}}};
-  auto t = make(j);
-  const auto ids = t->encode("hello ü");
-  // ▁hello, then ▁ and the two bytes of ü.
-  CHECK(ids == std::vector<token_id>{309, 300, 3 + 0xC3, 3 + 0xBC});
-  CHECK(t->decode_all(ids) == "hello ü");
-  CHECK(t->decode(309) == " hello");
+  // Llama 2's own form: no pre-tokenizer; the normalizer prepends U+2581 and replaces spaces.
+  json llama2 = j;
+  llama2.erase("pre_tokenizer");
+  llama2["normalizer"] = {{"type", "Sequence"},
+                          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "▁"}},
+                                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}})}};
+  for (bool normalizer_form : {false, true}) {
+    auto t = make(normalizer_form ? llama2 : j);
+    const auto ids = t->encode("hello ü");
+    // ▁hello, then ▁ and the two bytes of ü.
+    CHECK(ids == std::vector<token_id>{309, 300, 3 + 0xC3, 3 + 0xBC});
+    CHECK(t->decode_all(ids) == "hello ü");
+    CHECK(t->decode(309) == " hello");
+    // Metaspace "first" prefixes only text at offset 0; the normalizer form prefixes every piece.
+    CHECK(t->encode("<s>hello") ==
+          (normalizer_form ? std::vector<token_id>{1, 309} : std::vector<token_id>{1, 301, 302, 307, 304}));
+  }
 }
 
 TEST_CASE("a trained byte-level BPE round-trips any text, unicode included") {
