@@ -49,20 +49,23 @@ std::string render_metrics(const front_metrics& m, const actors::engine_gauges& 
   family(out, "kiln_open_connections", "gauge", "Client connections open now.");
   out += "kiln_open_connections " + std::to_string(m.open_connections.load()) + "\n";
   const auto engines = g.snapshot();
-  family(out, "kiln_engine_running_sequences", "gauge", "Sequences in an engine's running batch.");
-  for (const auto& e : engines) out += "kiln_engine_running_sequences" + engine_labels(e) + " " + std::to_string(e.running) + "\n";
-  family(out, "kiln_engine_waiting_sequences", "gauge", "Sequences waiting for a batch slot.");
-  for (const auto& e : engines) out += "kiln_engine_waiting_sequences" + engine_labels(e) + " " + std::to_string(e.waiting) + "\n";
-  family(out, "kiln_engine_tokens_in_flight", "gauge", "Prompt plus remaining output tokens an engine holds.");
-  for (const auto& e : engines) out += "kiln_engine_tokens_in_flight" + engine_labels(e) + " " + std::to_string(e.tokens_in_flight) + "\n";
-  family(out, "kiln_engine_preemptions_total", "counter", "Sequences preempted by recompute when KV ran out.");
-  for (const auto& e : engines) out += "kiln_engine_preemptions_total" + engine_labels(e) + " " + std::to_string(e.preemptions) + "\n";
-  family(out, "kiln_engine_kv_blocks_free", "gauge", "KV blocks an engine can hand out now (cached or empty).");
-  for (const auto& e : engines) out += "kiln_engine_kv_blocks_free" + engine_labels(e) + " " + std::to_string(e.kv_blocks_free) + "\n";
-  family(out, "kiln_engine_kv_blocks_total", "gauge", "KV blocks of an engine.");
-  for (const auto& e : engines) out += "kiln_engine_kv_blocks_total" + engine_labels(e) + " " + std::to_string(e.kv_blocks_total) + "\n";
-  family(out, "kiln_engine_steps_total", "counter", "Engine steps run.");
-  for (const auto& e : engines) out += "kiln_engine_steps_total" + engine_labels(e) + " " + std::to_string(e.steps) + "\n";
+  auto per_engine = [&](const char* name, const char* type, const char* help, auto field) {
+    family(out, name, type, help);
+    for (const auto& e : engines) out += name + engine_labels(e) + " " + std::to_string(field(e)) + "\n";
+  };
+  using gauge = actors::engine_gauge;
+  per_engine("kiln_engine_running_sequences", "gauge", "Sequences in an engine's running batch.",
+             [](const gauge& e) { return e.running; });
+  per_engine("kiln_engine_waiting_sequences", "gauge", "Sequences waiting for a batch slot.",
+             [](const gauge& e) { return e.waiting; });
+  per_engine("kiln_engine_tokens_in_flight", "gauge", "Prompt plus remaining output tokens an engine holds.",
+             [](const gauge& e) { return e.tokens_in_flight; });
+  per_engine("kiln_engine_preemptions_total", "counter", "Sequences preempted by recompute when KV ran out.",
+             [](const gauge& e) { return e.preemptions; });
+  per_engine("kiln_engine_kv_blocks_free", "gauge", "KV blocks an engine can hand out now (cached or empty).",
+             [](const gauge& e) { return e.kv_blocks_free; });
+  per_engine("kiln_engine_kv_blocks_total", "gauge", "KV blocks of an engine.", [](const gauge& e) { return e.kv_blocks_total; });
+  per_engine("kiln_engine_steps_total", "counter", "Engine steps run.", [](const gauge& e) { return e.steps; });
   return out;
 }
 
