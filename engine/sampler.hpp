@@ -1,7 +1,8 @@
 #pragma once
-// Token sampling from logits: greedy, temperature, top-k, top-p. The random draw depends only
-// on the sequence's seed and the token's position, so a sequence samples the same tokens
-// alone or inside any batch.
+// Token sampling from logits: greedy, temperature, top-k, top-p, by the CPU twin of the
+// sampling kernel (kernels/reference/sampling.hpp). The random draw depends only on the
+// sequence's seed and the token's position, so a sequence samples the same tokens alone or
+// inside any batch.
 #include <cstdint>
 #include <span>
 
