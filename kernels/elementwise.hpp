@@ -1,0 +1,29 @@
+#pragma once
+// Small GPU kernels: embedding gather, KV append by slot, SwiGLU, residual add, F32 -> BF16.
+// Launchers only; stream last. Twins: kernels/reference/elementwise.hpp and ops.hpp.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace kiln::kernels {
+
+/// out[t, :] = table[ids[t], :]; table [vocab, dim]; ids outside the table give zeros.
+cudaError_t launch_embedding_gather(const float* table, int vocab, int dim, const std::int32_t* ids, int T, float* out,
+                                    cudaStream_t stream);
+/// Row t of k, v ([T, row]) into cache slot slots[t] of k_cache, v_cache ([slots, row]).
+cudaError_t launch_kv_append(const float* k, const float* v, const std::int32_t* slots, int T, int row, float* k_cache,
+                             float* v_cache, cudaStream_t stream);
+/// out[i] = silu(gate[i]) * up[i]
+cudaError_t launch_silu_mul(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream);
+/// x[i] += y[i]
+cudaError_t launch_residual_add(float* x, const float* y, std::int64_t n, cudaStream_t stream);
+/// out[i] = bf16(in[i]), round to nearest even.
+cudaError_t launch_f32_to_bf16(const float* in, __nv_bfloat16* out, std::int64_t n, cudaStream_t stream);
+
+/// RoPE on x ([T, heads, head_dim]) at positions[t], pairing i with i + head_dim/2;
+/// inv_freq: [head_dim / 2]. Twin: reference::rope.
+cudaError_t launch_rope(float* x, int T, int heads, int head_dim, const std::int32_t* positions, const float* inv_freq,
+                        cudaStream_t stream);
+
+}  // namespace kiln::kernels
