@@ -1,16 +1,22 @@
 #include "actors/engine_actor.hpp"
 
+#include <cstdio>
+
 #include <caf/all.hpp>
 #include <xxhash.h>
 
 #include "engine/cpu_executor.hpp"
+#if KILN_HAVE_CUDA
+#include "engine/cuda_executor.hpp"
+#endif
 #include "engine/sim_executor.hpp"
 
 namespace kiln::actors {
 
-std::unique_ptr<engine::engine_core> make_engine_core(const pool_runtime& rt, std::uint64_t salt) {
+std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core(const pool_runtime& rt,
+                                                                                 std::uint64_t salt) {
   const config::pool_config& pool = *rt.cfg;
-  const engine::kv_geometry kv{pool.engine_kv_blocks(), pool.block_size};
+  engine::kv_geometry kv{pool.engine_kv_blocks(), pool.block_size};
   std::unique_ptr<engine::executor> exec;
   switch (pool.executor) {
     case config::executor_kind::sim:
@@ -20,6 +26,23 @@ std::unique_ptr<engine::engine_core> make_engine_core(const pool_runtime& rt, st
     case config::executor_kind::cpu:
       exec = std::make_unique<engine::cpu_executor>(rt.weights, kv, pool.threads);
       break;
+    case config::executor_kind::cuda: {
+#if KILN_HAVE_CUDA
+      engine::cuda_options opts;
+      opts.weights = pool.weights_dtype == "f32" ? kernels::gemm_input::f32 : kernels::gemm_input::bf16;
+      opts.memory_fraction = pool.gpu_memory_fraction;
+      opts.kv_blocks = pool.kv_blocks;
+      opts.block_size = pool.block_size;
+      auto made = engine::cuda_executor::create(rt.weights, opts);
+      if (auto* e = std::get_if<std::string>(&made)) return *e;
+      auto cuda = std::move(std::get<std::unique_ptr<engine::cuda_executor>>(made));
+      kv = cuda->kv();
+      exec = std::move(cuda);
+      break;
+#else
+      return std::string("kiln was built without CUDA (no nvcc)");
+#endif
+    }
   }
   return std::make_unique<engine::engine_core>(pool.limits, kv, std::move(exec), rt.tokenizer, salt);
 }
@@ -65,9 +88,25 @@ namespace {
 
 using stateful = caf::stateful_actor<engine_state>;
 
+// The executor failed (a device error): every job gets a terminal error, and the engine
+// answers later jobs with 503 from now on.
+void fail_all(stateful* self, const std::string& why) {
+  auto& st = self->state;
+  std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
+  for (auto& [id, job] : st.jobs) {
+    st.core->cancel(id);
+    self->send(job.sink, stream_error{id, 500, "server_error", "The engine failed: " + why, "", "engine_failed", job.team});
+  }
+  st.jobs.clear();
+  st.failure = why;
+  st.pending = {};
+  st.stepping = false;
+}
+
 void start_step(stateful* self) {
   auto& st = self->state;
   st.pending = st.core->step();
+  if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
   st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
   if (!st.stepping) return;
   ++st.steps;
@@ -122,11 +161,23 @@ void finish_step(stateful* self) {
 caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<const pool_runtime> pool,
                            std::shared_ptr<engine_gauges> gauges) {
   auto& st = self->state;
-  st.core = make_engine_core(*pool, XXH3_64bits(who.replica_id.data(), who.replica_id.size()));
   st.modelled_time = pool->cfg->executor == config::executor_kind::sim;
   st.who = std::move(who);
   st.default_max_tokens = pool->cfg->default_max_tokens;
   st.gauges = std::move(gauges);
+  auto made = make_engine_core(*pool, XXH3_64bits(st.who.replica_id.data(), st.who.replica_id.size()));
+  if (auto* e = std::get_if<std::string>(&made)) {
+    st.failure = *e;
+    std::fprintf(stderr, "kiln: engine %s cannot start: %s\n", st.who.replica_id.c_str(), e->c_str());
+    return {[self](chat_job& job) {
+              self->send(job.sink, stream_error{job.id, 503, "server_error",
+                                                "The engine of " + self->state.who.replica_id + " cannot run: " +
+                                                    self->state.failure,
+                                                "", "engine_unavailable", job.team});
+            },
+            [](stats_atom) { return caf::make_message(std::int32_t{0}, std::int32_t{0}, std::int64_t{0}); }};
+  }
+  st.core = std::move(std::get<std::unique_ptr<engine::engine_core>>(made));
   st.publish();
   self->set_down_handler([self](caf::down_msg& dm) {
     if (self->state.cancel_sink(dm.source) > 0) self->state.publish();
@@ -134,6 +185,11 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
   return {
       [self](chat_job& job) {
         auto& st = self->state;
+        if (!st.failure.empty()) {
+          self->send(job.sink, stream_error{job.id, 503, "server_error", "The engine failed: " + st.failure, "",
+                                            "engine_unavailable", job.team});
+          return;
+        }
         if (!st.core->add(st.to_request(job))) {
           self->send(job.sink, stream_error{job.id, 400, "invalid_request_error",
                                             "The prompt (" + std::to_string(job.prompt.size()) +

@@ -35,6 +35,7 @@ struct engine_state {
     double ttft_ms = -1;
   };
   std::unique_ptr<engine::engine_core> core;
+  std::string failure;  ///< set when the core could not be built: every job gets it as a 503
   engine_identity who;
   int default_max_tokens = 1024;
   std::unordered_map<std::uint64_t, job> jobs;
@@ -52,8 +53,10 @@ struct engine_state {
   static inline const char* name = "kiln.engine";
 };
 
-/// Builds the engine core a pool's runtime describes (sim or cpu executor).
-std::unique_ptr<engine::engine_core> make_engine_core(const pool_runtime& pool, std::uint64_t salt);
+/// Builds the engine core a pool's runtime describes (sim, cpu or cuda executor), or says
+/// why it cannot (the device ran out of memory, say).
+std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core(const pool_runtime& pool,
+                                                                                 std::uint64_t salt);
 
 caf::behavior engine_actor(caf::stateful_actor<engine_state>* self, engine_identity who,
                            std::shared_ptr<const pool_runtime> pool, std::shared_ptr<engine_gauges> gauges);

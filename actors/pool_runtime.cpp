@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "engine/cuda_probe.hpp"
 #include "engine/model_dir.hpp"
 
 namespace kiln::actors {
@@ -29,6 +30,12 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
       rt->tokenizer = std::make_shared<engine::word_tokenizer>();
       return rt;
     case config::executor_kind::cpu: break;
+    case config::executor_kind::cuda:
+      if (auto why = engine::cuda_unavailable_reason(); !why.empty()) {
+        rt->failure = why;
+        return rt;
+      }
+      break;
   }
   const std::string dir = cfg.resolved_model_dir();
   if (!cfg.make_if_absent.empty() && !std::filesystem::exists(dir)) {

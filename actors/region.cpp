@@ -22,7 +22,7 @@ region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config
       r.pool_failures.push_back(p.model + ": " + pool->failure);
       continue;  // admission answers for it
     }
-    const bool blocking = p.executor == config::executor_kind::cpu;
+    const bool blocking = p.executor != config::executor_kind::sim;
     replica_set set;
     for (int i = 0; i < p.replicas; ++i) {
       const std::string id = p.model + "-" + p.version + "-r" + std::to_string(i);

@@ -148,11 +148,15 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   std::string executor = "sim";
   r.text("executor", executor);
   if (executor == "cpu") p.executor = executor_kind::cpu;
-  else if (executor != "sim") r.fail("executor", "must be \"sim\" or \"cpu\" (got \"" + executor + "\")");
+  else if (executor == "cuda") p.executor = executor_kind::cuda;
+  else if (executor != "sim") r.fail("executor", "must be \"sim\", \"cpu\" or \"cuda\" (got \"" + executor + "\")");
+  r.text("weights_dtype", p.weights_dtype);
+  if (p.weights_dtype != "bf16" && p.weights_dtype != "f32") r.fail("weights_dtype", "must be bf16 or f32");
+  r.number("gpu_memory_fraction", p.gpu_memory_fraction, 0.05, 0.99);
   r.text("model_dir", p.model_dir);
   r.text("make_if_absent", p.make_if_absent);
   r.number("threads", p.threads, 1, 256);
-  if (p.executor == executor_kind::cpu && p.model_dir.empty()) r.fail("model_dir", "is required for the cpu executor");
+  if (p.executor != executor_kind::sim && p.model_dir.empty()) r.fail("model_dir", "is required for the " + executor + " executor");
   if (!p.make_if_absent.empty() && !engine::tiny_model_size_known(p.make_if_absent))
     r.fail("make_if_absent", "must be tiny, small or 100m (got \"" + p.make_if_absent + "\")");
   r.number("max_tokens_per_step", p.limits.max_tokens_per_step, 1, 1e7);
@@ -232,6 +236,7 @@ const team_config* kiln_config::team_by_key(std::string_view key) const {
 int pool_config::engine_kv_blocks() const {
   if (kv_blocks > 0) return kv_blocks + 1;
   if (executor == executor_kind::cpu) return 1024 + 1;
+  if (executor == executor_kind::cuda) return 2 + limits.kv_reserve_blocks;  // sized on the device at start
   return engine::cost_model(shape, gpu).kv_blocks(block_size) + 1;
 }
 

@@ -28,7 +28,7 @@ struct team_config {
   std::string api_key;
 };
 
-enum class executor_kind { sim, cpu };
+enum class executor_kind { sim, cpu, cuda };
 
 /// One model version served by `replicas` engines in this region.
 struct pool_config {
@@ -36,9 +36,11 @@ struct pool_config {
   std::string version;
   int replicas = 1;
   executor_kind executor = executor_kind::sim;
-  std::string model_dir;          ///< cpu: a Hugging Face model directory ("~/" is $HOME)
-  std::string make_if_absent;     ///< cpu: a make-tiny-model size to create model_dir with
+  std::string model_dir;          ///< cpu, cuda: a Hugging Face model directory ("~/" is $HOME)
+  std::string make_if_absent;     ///< cpu, cuda: a make-tiny-model size to create model_dir with
   int threads = 2;                ///< cpu: threads of the forward pass
+  std::string weights_dtype = "bf16";  ///< cuda: bf16, or f32 for exact comparisons
+  double gpu_memory_fraction = 0.90;   ///< cuda: of device memory for weights + KV
   engine::scheduler_limits limits;
   int block_size = 16;            ///< tokens per KV block
   int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights

@@ -123,6 +123,10 @@ step_result engine_core::step() {
                      s.req.sampling.top_p});
   }
   const step_execution exec = exec_->run(plan, sched_, slots);
+  if (!exec.error.empty() || exec.tokens.size() != slots.size()) {
+    result.error = exec.error.empty() ? "the executor returned no tokens" : exec.error;
+    return result;
+  }
   sched_.update(plan, exec.tokens);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan.items.size());

@@ -40,6 +40,7 @@ struct step_result {
   double seconds = 0;    ///< the executor's step time
   int batch_size = 0;    ///< sequences in the step
   std::vector<seq_output> outputs;
+  std::string error;     ///< the executor failed: nothing advanced
 };
 
 class engine_core {

@@ -3,6 +3,7 @@
 // Implementations: sim (cost model, no math); cpu and cuda follow.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/scheduler.hpp"
@@ -23,6 +24,7 @@ struct sample_slot {
 struct step_execution {
   double seconds = 0;               ///< how long the step took (modelled or measured)
   std::vector<token_id> tokens;     ///< one per sample slot, same order
+  std::string error;                ///< non-empty: the device failed; nothing was sampled
 };
 
 class executor {

@@ -43,10 +43,36 @@ __global__ void residual_add_kernel(float* x, const float* y, std::int64_t n) {
     x[i] += y[i];
 }
 
+__global__ void add_bias_kernel(float* y, const float* bias, int N, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    y[i] += bias[i % N];
+}
+
 __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__device__ std::uint64_t hash64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_random_kernel(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float scale, float mean) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    // Sum of four uniforms, centred and scaled to unit variance: close enough to normal.
+    const std::uint64_t h = hash64(seed ^ hash64(static_cast<std::uint64_t>(i)));
+    float s = 0.f;
+    for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.f;
+    const float v = mean + scale * (s - 2.f) * 1.7320508f;
+    if (bf16) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+    else static_cast<float*>(out)[i] = v;
+  }
 }
 
 // One block per row; each thread rotates pairs (i, i + half) of every head.
@@ -93,9 +119,23 @@ cudaError_t launch_residual_add(float* x, const float* y, std::int64_t n, cudaSt
   return cudaGetLastError();
 }
 
+cudaError_t launch_add_bias(float* y, const float* bias, int T, int N, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(T) * N;
+  if (n <= 0) return cudaSuccess;
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, N, n);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_f32_to_bf16(const float* in, __nv_bfloat16* out, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_random(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float scale, float mean,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  fill_random_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, bf16, n, seed, scale, mean);
   return cudaGetLastError();
 }
 

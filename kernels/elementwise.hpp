@@ -16,10 +16,17 @@ cudaError_t launch_kv_append(const float* k, const float* v, const std::int32_t*
                              float* v_cache, cudaStream_t stream);
 /// out[i] = silu(gate[i]) * up[i]
 cudaError_t launch_silu_mul(const float* gate, const float* up, float* out, std::int64_t n, cudaStream_t stream);
+/// y[t, n] += bias[n] for rows t < T; y: [T, N].
+cudaError_t launch_add_bias(float* y, const float* bias, int T, int N, cudaStream_t stream);
 /// x[i] += y[i]
 cudaError_t launch_residual_add(float* x, const float* y, std::int64_t n, cudaStream_t stream);
 /// out[i] = bf16(in[i]), round to nearest even.
 cudaError_t launch_f32_to_bf16(const float* in, __nv_bfloat16* out, std::int64_t n, cudaStream_t stream);
+
+/// Fills n values with mean + scale * (a seeded, roughly normal draw), as F32 or BF16:
+/// random weights made on the device.
+cudaError_t launch_fill_random(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float scale, float mean,
+                               cudaStream_t stream);
 
 /// RoPE on x ([T, heads, head_dim]) at positions[t], pairing i with i + head_dim/2;
 /// inv_freq: [head_dim / 2]. Twin: reference::rope.

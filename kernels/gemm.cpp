@@ -53,7 +53,7 @@ std::string gemm_runner::matmul_xwt(const void* x, const void* w, gemm_input typ
   if (it == algos_.end()) {
     // Column-major view: y^T [N, T] = op_T(w as [K, N]) . (x as [K, T]).
     auto p = std::make_shared<algo>();
-    const cudaDataType_t in = type == gemm_input::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t in = type == gemm_input::bf16 ? CUDA_R_16BF : type == gemm_input::f16 ? CUDA_R_16F : CUDA_R_32F;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s != CUBLAS_STATUS_SUCCESS) return status("cublasLtMatmulDescCreate", s);
     const cublasOperation_t trans = CUBLAS_OP_T;

@@ -1,6 +1,6 @@
 #pragma once
 // GEMMs through cuBLASLt: y[T, N] = x[T, K] . w[N, K]^T (projections as Hugging Face stores
-// them), BF16 or FP16 inputs, FP32 accumulation and output. The algorithm for a shape is
+// them), BF16, FP16 or FP32 inputs, FP32 accumulation and output. The algorithm for a shape is
 // chosen once by cuBLASLt's heuristic and cached. Twin: reference::matmul_xwt.
 #include <map>
 #include <memory>
@@ -12,7 +12,9 @@
 
 namespace kiln::kernels {
 
-enum class gemm_input { bf16, f16 };
+/// bf16/f16: tensor-core inputs, FP32 accumulation. f32: full FP32 (no TF32), for checks
+/// that must match the CPU executor bit for bit in the choices they make.
+enum class gemm_input { bf16, f16, f32 };
 
 class gemm_runner {
  public:

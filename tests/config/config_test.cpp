@@ -63,8 +63,10 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "[[teams]]\nname = \"u\"\napi_key = \"k\"\n") == "test.toml: teams[1].api_key is used by another team");
   CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"w\"\n") == "test.toml: pools[1].model \"m\" is defined twice");
   CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n") == "test.toml: pools: at least one [[pools]] entry is required");
-  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\" or \"cpu\" (got \"gpu\")");
+  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\", \"cpu\" or \"cuda\" (got \"gpu\")");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\n") == "test.toml: pools[0].model_dir is required for the cpu executor");
+  CHECK(error_of(kMinimal + "executor = \"cuda\"\nmodel_dir = \"/m\"\nweights_dtype = \"f8\"\n") ==
+        "test.toml: pools[0].weights_dtype must be bf16 or f32");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nmake_if_absent = \"huge\"\n") ==
         "test.toml: pools[0].make_if_absent must be tiny, small or 100m (got \"huge\")");
   CHECK(error_of(kMinimal + "replicas = 0\n").find("pools[0].replicas must be between 1") != std::string::npos);

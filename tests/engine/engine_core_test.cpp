@@ -181,3 +181,29 @@ TEST_CASE("engine core: cached_tokens counts the prefix shared with an earlier r
   CHECK(ub.cached_tokens == 32);  // two full blocks of the 40-token prompt
   CHECK(uc.cached_tokens == 0);
 }
+
+namespace {
+
+class failing_executor final : public executor {
+ public:
+  step_execution run(const step_plan&, const scheduler&, std::span<const sample_slot>) override {
+    step_execution out;
+    out.error = "device lost";
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("engine core: an executor failure is reported and nothing advances") {
+  auto tok = std::make_shared<word_tokenizer>();
+  engine_core core({64, 4}, {64, 4}, std::make_unique<failing_executor>(), tok);
+  REQUIRE(core.add({1, tok->encode("a b c"), greedy(5), priority::standard}));
+  const step_result r = core.step();
+  CHECK(r.error == "device lost");
+  CHECK(r.outputs.empty());
+  REQUIRE(core.sched().find(1) != nullptr);
+  CHECK(core.sched().find(1)->generated == 0);
+  CHECK(core.cancel(1));
+  CHECK(core.idle());
+}

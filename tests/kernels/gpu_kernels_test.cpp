@@ -248,5 +248,13 @@ TEST_CASE("gpu: cuBLASLt GEMM, BF16 inputs, FP32 accumulation") {
     REQUIRE(err.empty());
     CHECK(compare("gemm bf16", dy.get(), want, kBf16) < kBf16);
   }
-  CHECK(g.cached_algorithms() == 4);
+  // FP32 inputs (no TF32): as exact as the CPU twin up to summation order.
+  const int T = 8, N = 300, K = 1000;
+  const auto x = randn(rng, static_cast<std::size_t>(T) * K), w = randn(rng, static_cast<std::size_t>(N) * K);
+  std::vector<float> want(static_cast<std::size_t>(T) * N);
+  ref::matmul_xwt(x.data(), T, K, w.data(), nullptr, N, 0, N, want.data());
+  dbuf<float> dx(x), dw(w), dy(want.size());
+  REQUIRE(g.matmul_xwt(dx.p, dw.p, k::gemm_input::f32, dy.p, T, N, K, nullptr).empty());
+  CHECK(compare("gemm f32", dy.get(), want, kF32) < kF32);
+  CHECK(g.cached_algorithms() == 5);
 }

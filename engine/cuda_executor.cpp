@@ -1,0 +1,384 @@
+#include "engine/cuda_executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/reference/ops.hpp"
+#include "kernels/reference/sampling.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/sampling.hpp"
+
+namespace kiln::engine {
+
+namespace {
+
+namespace k = kiln::kernels;
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+std::string cuda_error(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
+
+// Device memory that grows on demand.
+struct dmem {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  dmem() = default;
+  dmem(const dmem&) = delete;
+  dmem& operator=(const dmem&) = delete;
+  dmem(dmem&& o) noexcept : p(std::exchange(o.p, nullptr)), bytes(std::exchange(o.bytes, 0)) {}
+  ~dmem() {
+    if (p) cudaFree(p);
+  }
+  cudaError_t ensure(std::size_t n) {
+    if (n <= bytes) return cudaSuccess;
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    const cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaSuccess) bytes = n;
+    return e;
+  }
+  float* f() const { return static_cast<float*>(p); }
+  std::int32_t* i() const { return static_cast<std::int32_t*>(p); }
+};
+
+struct layer_dev {
+  dmem attn_norm, wq, wk, wv, wo, bq, bk, bv, mlp_norm, w_gate, w_up, w_down;
+};
+
+}  // namespace
+
+struct cuda_executor::device_state {
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<k::gemm_runner> gemm;
+  bool bf16 = true;
+  dmem embed, head, final_norm, inv_freq;
+  std::vector<layer_dev> layers;
+  std::vector<dmem> k_cache, v_cache;
+  dmem x, h, hb, q, kk, vv, attn, o, gate, up, xs, xsn, logits, work;
+  dmem ids, pos, slots, row_seq, row_pos, sample_rows, tables, params, tokens;
+  void* pinned = nullptr;
+  std::size_t pinned_bytes = 0;
+
+  ~device_state() {
+    if (stream) cudaStreamDestroy(stream);
+    if (pinned) cudaFreeHost(pinned);
+  }
+  cudaError_t ensure_pinned(std::size_t n) {
+    if (n <= pinned_bytes) return cudaSuccess;
+    if (pinned) cudaFreeHost(pinned);
+    pinned = nullptr;
+    pinned_bytes = 0;
+    const cudaError_t e = cudaMallocHost(&pinned, n);
+    if (e == cudaSuccess) pinned_bytes = n;
+    return e;
+  }
+
+  // y[T, N] = x[T, K] . w^T through the weights' dtype.
+  std::string gemm_xwt(const float* x, int T, int K, const dmem& w, int N, float* y) {
+    if (!bf16) return gemm->matmul_xwt(x, w.p, k::gemm_input::f32, y, T, N, K, stream);
+    if (auto e = hb.ensure(static_cast<std::size_t>(T) * K * 2); e != cudaSuccess) return cuda_error("activations", e);
+    if (auto e = k::launch_f32_to_bf16(x, static_cast<__nv_bfloat16*>(hb.p), static_cast<std::int64_t>(T) * K, stream);
+        e != cudaSuccess)
+      return cuda_error("f32_to_bf16", e);
+    return gemm->matmul_xwt(hb.p, w.p, k::gemm_input::bf16, y, T, N, K, stream);
+  }
+};
+
+namespace {
+
+// Copies host F32 values to the device as F32 or BF16 through pinned staging; times both.
+std::string upload(cuda_executor::device_state& d, const std::vector<float>& v, bool as_bf16, dmem& dst,
+                   cuda_load_report& load) {
+  if (v.empty()) return {};
+  const std::size_t elem = as_bf16 ? 2 : 4, n = v.size();
+  if (auto e = dst.ensure(n * elem); e != cudaSuccess) return cuda_error("weights", e);
+  constexpr std::size_t kChunk = 16u << 20;  // elements per staging round
+  if (auto e = d.ensure_pinned(kChunk * 4); e != cudaSuccess) return cuda_error("pinned staging", e);
+  for (std::size_t off = 0; off < n; off += kChunk) {
+    const std::size_t m = std::min(kChunk, n - off);
+    const auto t0 = clock_type::now();
+    if (as_bf16) {
+      auto* out = static_cast<__nv_bfloat16*>(d.pinned);
+      for (std::size_t i = 0; i < m; ++i) out[i] = __float2bfloat16_rn(v[off + i]);
+    } else {
+      std::memcpy(d.pinned, v.data() + off, m * 4);
+    }
+    load.convert_s += since(t0);
+    const auto t1 = clock_type::now();
+    cudaError_t e = cudaMemcpyAsync(static_cast<char*>(dst.p) + off * elem, d.pinned, m * elem, cudaMemcpyHostToDevice, d.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d.stream);
+    if (e != cudaSuccess) return cuda_error("upload", e);
+    load.upload_s += since(t1);
+  }
+  load.bytes += static_cast<double>(n * elem);
+  return {};
+}
+
+std::string random_fill(cuda_executor::device_state& d, dmem& dst, std::size_t n, bool as_bf16, std::uint64_t seed,
+                        float scale, float mean, cuda_load_report& load) {
+  if (auto e = dst.ensure(n * (as_bf16 ? 2 : 4)); e != cudaSuccess) return cuda_error("weights", e);
+  if (auto e = k::launch_fill_random(dst.p, as_bf16, static_cast<std::int64_t>(n), seed, scale, mean, d.stream); e != cudaSuccess)
+    return cuda_error("fill_random", e);
+  load.bytes += static_cast<double>(n * (as_bf16 ? 2 : 4));
+  return {};
+}
+
+std::string start(cuda_executor::device_state& d, const llama_config& c, const cuda_options& opts) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return "no CUDA device";
+  if (c.head_dim > k::kMaxAttentionHeadDim) return "head_dim above " + std::to_string(k::kMaxAttentionHeadDim);
+  if (auto e = cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking); e != cudaSuccess) return cuda_error("stream", e);
+  auto g = k::gemm_runner::create();
+  if (auto* e = std::get_if<std::string>(&g)) return *e;
+  d.gemm = std::move(std::get<std::unique_ptr<k::gemm_runner>>(g));
+  d.bf16 = opts.weights != k::gemm_input::f32;
+  std::vector<float> inv(static_cast<std::size_t>(c.head_dim / 2));
+  k::reference::rope_inv_freq(static_cast<std::size_t>(c.head_dim), c.rope_theta, c.scaling.llama3 ? c.scaling.factor : 0,
+                              c.scaling.low_freq_factor, c.scaling.high_freq_factor, c.scaling.original_max_position, inv.data());
+  if (auto e = d.inv_freq.ensure(inv.size() * 4); e != cudaSuccess) return cuda_error("inv_freq", e);
+  if (auto e = cudaMemcpy(d.inv_freq.p, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice); e != cudaSuccess)
+    return cuda_error("inv_freq", e);
+  return {};
+}
+
+// The KV pool: what the memory fraction leaves after the weights (and a reserve for step
+// buffers), in blocks of F32 K and V for every layer.
+std::string allocate_kv(cuda_executor::device_state& d, const llama_config& c, const cuda_options& opts, int& blocks) {
+  std::size_t free = 0, total = 0;
+  if (auto e = cudaMemGetInfo(&free, &total); e != cudaSuccess) return cuda_error("cudaMemGetInfo", e);
+  const double used = static_cast<double>(total - free);
+  const double reserve = 2.0e9;  // step buffers, cuBLASLt workspace, fragmentation
+  const double budget = static_cast<double>(total) * opts.memory_fraction - used - reserve;
+  const double per_block = 2.0 * c.layers * opts.block_size * c.kv_heads * c.head_dim * sizeof(float);
+  const int fit = budget > per_block ? static_cast<int>(std::min(budget / per_block, 1e8)) : 0;
+  blocks = opts.kv_blocks > 0 ? std::min(opts.kv_blocks + 1, fit) : fit;
+  if (blocks < 2) return "no device memory left for the KV cache";
+  const std::size_t layer_bytes = static_cast<std::size_t>(blocks) * opts.block_size * c.kv_heads * c.head_dim * sizeof(float);
+  d.k_cache.resize(static_cast<std::size_t>(c.layers));
+  d.v_cache.resize(static_cast<std::size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) {
+    if (auto e = d.k_cache[static_cast<std::size_t>(l)].ensure(layer_bytes); e != cudaSuccess) return cuda_error("KV", e);
+    if (auto e = d.v_cache[static_cast<std::size_t>(l)].ensure(layer_bytes); e != cudaSuccess) return cuda_error("KV", e);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create(std::shared_ptr<const llama_weights> w,
+                                                                                cuda_options opts) {
+  std::unique_ptr<cuda_executor> ex(new cuda_executor());
+  ex->d_ = std::make_unique<device_state>();
+  ex->cfg_ = w->cfg;
+  ex->opts_ = opts;
+  auto& d = *ex->d_;
+  if (auto e = start(d, w->cfg, opts); !e.empty()) return e;
+  const bool b = d.bf16;
+  cuda_load_report& load = ex->load_;
+  std::string e;
+  auto up = [&](const std::vector<float>& v, bool as_gemm, dmem& dst) {
+    if (e.empty()) e = upload(d, v, as_gemm && b, dst, load);
+  };
+  up(w->embed, false, d.embed);
+  up(w->lm_head.empty() ? w->embed : w->lm_head, true, d.head);
+  up(w->final_norm, false, d.final_norm);
+  d.layers.resize(w->layers.size());
+  for (std::size_t l = 0; l < w->layers.size(); ++l) {
+    const layer_weights& L = w->layers[l];
+    layer_dev& D = d.layers[l];
+    up(L.attn_norm, false, D.attn_norm);
+    up(L.wq, true, D.wq);
+    up(L.wk, true, D.wk);
+    up(L.wv, true, D.wv);
+    up(L.wo, true, D.wo);
+    up(L.bq, false, D.bq);
+    up(L.bk, false, D.bk);
+    up(L.bv, false, D.bv);
+    up(L.mlp_norm, false, D.mlp_norm);
+    up(L.w_gate, true, D.w_gate);
+    up(L.w_up, true, D.w_up);
+    up(L.w_down, true, D.w_down);
+  }
+  if (!e.empty()) return e;
+  ex->weight_bytes_ = load.bytes;
+  if (auto err = allocate_kv(d, ex->cfg_, opts, load.kv_blocks); !err.empty()) return err;
+  return ex;
+}
+
+std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create_random(const llama_config& c, cuda_options opts,
+                                                                                      std::uint64_t seed) {
+  std::unique_ptr<cuda_executor> ex(new cuda_executor());
+  ex->d_ = std::make_unique<device_state>();
+  ex->cfg_ = c;
+  ex->opts_ = opts;
+  auto& d = *ex->d_;
+  if (auto e = start(d, c, opts); !e.empty()) return e;
+  const bool b = d.bf16;
+  cuda_load_report& load = ex->load_;
+  const auto D = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.intermediate), V = static_cast<std::size_t>(c.vocab);
+  const auto q = static_cast<std::size_t>(c.heads * c.head_dim), kv = static_cast<std::size_t>(c.kv_heads * c.head_dim);
+  const float in_d = 1.f / std::sqrt(static_cast<float>(D));
+  std::string e;
+  std::uint64_t s = seed;
+  auto fill = [&](dmem& dst, std::size_t n, bool as_gemm, float scale, float mean = 0.f) {
+    if (e.empty()) e = random_fill(d, dst, n, as_gemm && b, ++s, scale, mean, load);
+  };
+  const auto t0 = clock_type::now();
+  fill(d.embed, V * D, false, 1.f);
+  fill(d.head, V * D, true, in_d);
+  fill(d.final_norm, D, false, 0.05f, 1.f);
+  d.layers.resize(static_cast<std::size_t>(c.layers));
+  for (auto& L : d.layers) {
+    fill(L.attn_norm, D, false, 0.05f, 1.f);
+    fill(L.wq, q * D, true, in_d);
+    fill(L.wk, kv * D, true, in_d);
+    fill(L.wv, kv * D, true, in_d);
+    fill(L.wo, D * q, true, 1.f / std::sqrt(static_cast<float>(q)));
+    fill(L.mlp_norm, D, false, 0.05f, 1.f);
+    fill(L.w_gate, F * D, true, in_d);
+    fill(L.w_up, F * D, true, in_d);
+    fill(L.w_down, D * F, true, 1.f / std::sqrt(static_cast<float>(F)));
+  }
+  if (!e.empty()) return e;
+  if (auto err = cudaStreamSynchronize(d.stream); err != cudaSuccess) return cuda_error("fill", err);
+  load.upload_s = since(t0);
+  ex->weight_bytes_ = load.bytes;
+  if (auto err = allocate_kv(d, c, opts, load.kv_blocks); !err.empty()) return err;
+  return ex;
+}
+
+cuda_executor::~cuda_executor() = default;
+
+#define KILN_STEP_TRY(expr)                                              \
+  do {                                                                   \
+    if (const cudaError_t kiln_e_ = (expr); kiln_e_ != cudaSuccess) {    \
+      out.error = cuda_error(#expr, kiln_e_);                            \
+      return out;                                                        \
+    }                                                                    \
+  } while (0)
+#define KILN_GEMM_TRY(expr)                          \
+  do {                                               \
+    if (std::string kiln_g_ = (expr); !kiln_g_.empty()) { \
+      out.error = kiln_g_;                           \
+      return out;                                    \
+    }                                                \
+  } while (0)
+
+step_execution cuda_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
+  const auto started = clock_type::now();
+  step_execution out;
+  device_state& d = *d_;
+  const llama_config& c = cfg_;
+  const int D = c.hidden, F = c.intermediate, H = c.heads, KVH = c.kv_heads, hd = c.head_dim, V = c.vocab;
+  const int qdim = H * hd, kvdim = KVH * hd, bs = opts_.block_size;
+
+  // Host side of the batch: ids, positions, cache slots, rows, block tables, samplers.
+  std::vector<std::int32_t> ids, pos, slot, row_seq, sample_rows;
+  std::vector<const seq_status*> seqs;
+  for (const plan_item& item : plan.items) {
+    const seq_status* s = sched.find(item.id);
+    const auto local = static_cast<std::int32_t>(seqs.size());
+    seqs.push_back(s);
+    for (int j = 0; j < item.tokens; ++j) {
+      const int p = item.context_before + j;
+      ids.push_back(s->tokens[static_cast<std::size_t>(p)]);
+      pos.push_back(p);
+      slot.push_back(s->blocks[static_cast<std::size_t>(p / bs)] * bs + p % bs);
+      row_seq.push_back(local);
+    }
+    if (item.samples) sample_rows.push_back(static_cast<std::int32_t>(ids.size()) - 1);
+  }
+  const int T = static_cast<int>(ids.size()), S = static_cast<int>(sample_rows.size());
+  if (T == 0) return out;
+  int max_blocks = 1, max_context = 1;
+  for (const auto* s : seqs) max_blocks = std::max(max_blocks, static_cast<int>(s->blocks.size()));
+  for (int p : pos) max_context = std::max(max_context, p + 1);
+  std::vector<std::int32_t> tables(seqs.size() * static_cast<std::size_t>(max_blocks), 0);
+  for (std::size_t i = 0; i < seqs.size(); ++i)
+    std::copy(seqs[i]->blocks.begin(), seqs[i]->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+  std::vector<k::reference::sample_params> params;
+  for (int i = 0; i < S && i < static_cast<int>(slots.size()); ++i) {
+    const sample_slot& sl = slots[static_cast<std::size_t>(i)];
+    params.push_back({sl.rng_seed, sl.position, static_cast<float>(sl.temperature), sl.top_k, static_cast<float>(sl.top_p)});
+  }
+
+  // Device buffers for this size.
+  const auto f4 = [](long long n) { return static_cast<std::size_t>(n) * 4; };
+  const int splits = std::clamp(max_context / 256, 1, 16);
+  for (auto [buf, bytes] : {std::pair{&d.x, f4(1LL * T * D)}, {&d.h, f4(1LL * T * D)}, {&d.q, f4(1LL * T * qdim)},
+                            {&d.kk, f4(1LL * T * kvdim)}, {&d.vv, f4(1LL * T * kvdim)}, {&d.attn, f4(1LL * T * qdim)},
+                            {&d.o, f4(1LL * T * D)}, {&d.gate, f4(1LL * T * F)}, {&d.up, f4(1LL * T * F)},
+                            {&d.xs, f4(1LL * std::max(S, 1) * D)}, {&d.xsn, f4(1LL * std::max(S, 1) * D)},
+                            {&d.logits, f4(1LL * std::max(S, 1) * V)},
+                            {&d.work, f4(k::decode_attention_workspace_floats(T, H, hd, splits))}, {&d.ids, f4(T)},
+                            {&d.pos, f4(T)}, {&d.slots, f4(T)}, {&d.row_seq, f4(T)}, {&d.sample_rows, f4(std::max(S, 1))},
+                            {&d.tables, f4(static_cast<long long>(tables.size()))},
+                            {&d.params, sizeof(k::reference::sample_params) * static_cast<std::size_t>(std::max(S, 1))},
+                            {&d.tokens, f4(std::max(S, 1))}})
+    KILN_STEP_TRY(buf->ensure(bytes));
+  auto put = [&](dmem& dst, const void* src, std::size_t bytes) {
+    return bytes == 0 ? cudaSuccess : cudaMemcpyAsync(dst.p, src, bytes, cudaMemcpyHostToDevice, d.stream);
+  };
+  KILN_STEP_TRY(put(d.ids, ids.data(), f4(T)));
+  KILN_STEP_TRY(put(d.pos, pos.data(), f4(T)));
+  KILN_STEP_TRY(put(d.slots, slot.data(), f4(T)));
+  KILN_STEP_TRY(put(d.row_seq, row_seq.data(), f4(T)));
+  KILN_STEP_TRY(put(d.sample_rows, sample_rows.data(), f4(S)));
+  KILN_STEP_TRY(put(d.tables, tables.data(), f4(static_cast<long long>(tables.size()))));
+  KILN_STEP_TRY(put(d.params, params.data(), params.size() * sizeof(k::reference::sample_params)));
+
+  const auto eps = static_cast<float>(c.rms_eps);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  KILN_STEP_TRY(k::launch_embedding_gather(d.embed.f(), V, D, d.ids.i(), T, d.x.f(), d.stream));
+  for (std::size_t l = 0; l < d.layers.size(); ++l) {
+    const layer_dev& L = d.layers[l];
+    KILN_STEP_TRY(k::launch_rmsnorm(d.x.f(), L.attn_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
+    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wq, qdim, d.q.f()));
+    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wk, kvdim, d.kk.f()));
+    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wv, kvdim, d.vv.f()));
+    if (L.bq.p) {
+      KILN_STEP_TRY(k::launch_add_bias(d.q.f(), L.bq.f(), T, qdim, d.stream));
+      KILN_STEP_TRY(k::launch_add_bias(d.kk.f(), L.bk.f(), T, kvdim, d.stream));
+      KILN_STEP_TRY(k::launch_add_bias(d.vv.f(), L.bv.f(), T, kvdim, d.stream));
+    }
+    KILN_STEP_TRY(k::launch_rope(d.q.f(), T, H, hd, d.pos.i(), d.inv_freq.f(), d.stream));
+    KILN_STEP_TRY(k::launch_rope(d.kk.f(), T, KVH, hd, d.pos.i(), d.inv_freq.f(), d.stream));
+    KILN_STEP_TRY(k::launch_kv_append(d.kk.f(), d.vv.f(), d.slots.i(), T, kvdim, d.k_cache[l].f(), d.v_cache[l].f(), d.stream));
+    const k::paged_kv_view view{d.k_cache[l].f(), d.v_cache[l].f(), bs, KVH, hd, d.tables.i(), max_blocks};
+    const k::attention_rows rows{d.row_seq.i(), d.pos.i(), T};
+    KILN_STEP_TRY(k::launch_paged_decode_attention(d.q.f(), view, rows, H, scale, splits, d.work.f(), d.attn.f(), d.stream));
+    KILN_GEMM_TRY(d.gemm_xwt(d.attn.f(), T, qdim, L.wo, D, d.o.f()));
+    KILN_STEP_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
+    KILN_STEP_TRY(k::launch_rmsnorm(d.x.f(), L.mlp_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
+    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.w_gate, F, d.gate.f()));
+    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.w_up, F, d.up.f()));
+    KILN_STEP_TRY(k::launch_silu_mul(d.gate.f(), d.up.f(), d.gate.f(), static_cast<std::int64_t>(T) * F, d.stream));
+    KILN_GEMM_TRY(d.gemm_xwt(d.gate.f(), T, F, L.w_down, D, d.o.f()));
+    KILN_STEP_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
+  }
+  if (S > 0) {
+    // The sampling rows' hidden states, normalised, through the head, then sampled.
+    KILN_STEP_TRY(k::launch_embedding_gather(d.x.f(), T, D, d.sample_rows.i(), S, d.xs.f(), d.stream));
+    KILN_STEP_TRY(k::launch_rmsnorm(d.xs.f(), d.final_norm.f(), d.xsn.f(), static_cast<std::size_t>(S), static_cast<std::size_t>(D), eps, d.stream));
+    KILN_GEMM_TRY(d.gemm_xwt(d.xsn.f(), S, D, d.head, V, d.logits.f()));
+    KILN_STEP_TRY(k::launch_sample(d.logits.f(), S, V, static_cast<const k::reference::sample_params*>(d.params.p), d.tokens.i(), d.stream));
+    KILN_STEP_TRY(d.ensure_pinned(f4(S)));
+    KILN_STEP_TRY(cudaMemcpyAsync(d.pinned, d.tokens.p, f4(S), cudaMemcpyDeviceToHost, d.stream));
+  }
+  KILN_STEP_TRY(cudaStreamSynchronize(d.stream));
+  const auto* tok = static_cast<const std::int32_t*>(d.pinned);
+  out.tokens.assign(tok, tok + S);
+  out.seconds = since(started);
+  return out;
+}
+
+}  // namespace kiln::engine

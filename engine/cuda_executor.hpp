@@ -1,0 +1,58 @@
+#pragma once
+// cuda executor: the Llama-family step of the CPU executor on one GPU: kernels/ on a stream
+// the executor owns, cuBLASLt GEMMs over BF16 (or FP32) weights, a device KV pool sized from
+// the memory left after the weights. Weights reach the device through a pinned staging buffer,
+// timed. Built only with nvcc; run on a thread of its own (the engine actor is detached).
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/engine_core.hpp"
+#include "engine/executor.hpp"
+#include "engine/llama_model.hpp"
+#include "kernels/gemm.hpp"
+
+namespace kiln::engine {
+
+struct cuda_options {
+  kernels::gemm_input weights = kernels::gemm_input::bf16;  ///< bf16, or f32 for exact checks
+  double memory_fraction = 0.90;  ///< of the device's memory for weights + KV; the rest is reserve
+  int kv_blocks = 0;              ///< 0: as many as fit
+  int block_size = 16;
+};
+
+/// The cold-start arithmetic of a load, measured.
+struct cuda_load_report {
+  double convert_s = 0;  ///< host: F32 -> BF16 into pinned staging
+  double upload_s = 0;   ///< host to device copies
+  double bytes = 0;      ///< bytes on the device
+  int kv_blocks = 0;
+};
+
+class cuda_executor final : public executor {
+ public:
+  static std::variant<std::unique_ptr<cuda_executor>, std::string> create(std::shared_ptr<const llama_weights> w,
+                                                                         cuda_options opts);
+  /// Weights drawn on the device (no host copy): benchmarks of 7B shapes.
+  static std::variant<std::unique_ptr<cuda_executor>, std::string> create_random(const llama_config& cfg, cuda_options opts,
+                                                                                std::uint64_t seed);
+  ~cuda_executor() override;
+
+  step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) override;
+  kv_geometry kv() const { return {load_.kv_blocks, opts_.block_size}; }
+  const cuda_load_report& load() const { return load_; }
+  double weight_bytes() const { return weight_bytes_; }
+
+  struct device_state;
+
+ private:
+  cuda_executor() = default;
+  std::unique_ptr<device_state> d_;
+  llama_config cfg_;
+  cuda_options opts_;
+  cuda_load_report load_;
+  double weight_bytes_ = 0;
+};
+
+}  // namespace kiln::engine
