@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <chrono>
@@ -285,7 +286,9 @@ TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model direct
   const std::string broken = root + "/broken";
   std::filesystem::create_directories(broken);
   std::ofstream(broken + "/config.json") << "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":8}";
-  kiln_process p(test_config(1) + cpu_pool("tiny-chat", root + "/tiny") + cpu_pool("broken-chat", broken, false));
+  std::string gpu_pool = cpu_pool("gpu-chat", root + "/tiny", false);
+  gpu_pool.replace(gpu_pool.find("executor = \"cpu\""), 16, "executor = \"cuda\"");
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", root + "/tiny") + cpu_pool("broken-chat", broken, false) + gpu_pool);
   auto body = [](const std::string& model, bool stream) {
     return "{\"model\":\"" + model + "\",\"stream\":" + (stream ? "true" : "false") +
            ",\"max_tokens\":6,\"temperature\":0,\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful kiln "
@@ -312,6 +315,12 @@ TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model direct
   const json err = json::parse(bad.body);
   CHECK(err["error"]["code"] == "model_unavailable");
   CHECK(err["error"]["message"].get<std::string>().find("'intermediate_size' is missing") != std::string::npos);
+  // A cuda pool without a GPU (or built without nvcc) says so.
+  const http_response gpu = request(p.port(), "POST", "/v1/chat/completions", body("gpu-chat", false), kAuth);
+  if (!std::getenv("KILN_TEST_HAS_GPU")) {
+    CHECK(gpu.status == 503);
+    CHECK(json::parse(gpu.body)["error"]["message"].get<std::string>().find("CUDA") != std::string::npos);
+  }
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("chat-7b", false), kAuth).status == 200);
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).status == 200);
   std::filesystem::remove_all(root);
