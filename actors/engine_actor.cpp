@@ -105,23 +105,40 @@ void fail_all(stateful* self, const std::string& why) {
 
 void start_step(stateful* self) {
   auto& st = self->state;
-  st.pending = st.core->step();
-  if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
-  st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
-  if (!st.stepping) return;
-  ++st.steps;
-  if (!st.modelled_time) {
-    self->send(self, step_atom::value);  // computed already: deliver after what is queued
+  if (st.modelled_time) {
+    // sim: the step is computed now; its modelled time passes on the actor clock.
+    st.pending = st.core->step();
+    if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
+    st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
+    if (!st.stepping) return;
+    ++st.steps;
+    const auto delay = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.pending.seconds));
+    self->delayed_send(self, delay, step_atom::value);
     return;
   }
-  const auto delay = std::chrono::duration_cast<caf::timespan>(
-      std::chrono::duration<double>(st.pending.seconds));
-  self->delayed_send(self, delay, step_atom::value);
+  // cpu, cuda: the step runs on the engine's worker; its end arrives as a message.
+  auto done = [handle = caf::actor_cast<caf::actor>(self)] { caf::anon_send(handle, step_atom::value); };
+  auto now = st.core->begin_step(std::move(done));
+  st.stepping = true;
+  if (!now) {
+    ++st.steps;
+    return;
+  }
+  st.pending = std::move(*now);  // nothing launched; deliver what ended
+  if (st.pending.outputs.empty()) {
+    st.stepping = false;
+    return;
+  }
+  self->send(self, step_atom::value);
 }
 
 // The step's time has passed: its tokens reach their sinks, then the next step starts.
 void finish_step(stateful* self) {
   auto& st = self->state;
+  if (st.core->in_flight()) {
+    st.pending = st.core->end_step();
+    if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
+  }
   const auto now = self->clock().now();
   for (auto& out : st.pending.outputs) {
     auto it = st.jobs.find(out.id);

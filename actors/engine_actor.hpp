@@ -1,9 +1,10 @@
 #pragma once
 // The engine actor: owns one engine_core and advances it one step at a time. A sim step's
 // modelled duration passes on the actor clock before its tokens go to the sinks, so the same
-// actor runs on real time in `kiln serve` and on virtual time in tests. A cpu step spends its
-// time computing; such an engine is spawned on a thread of its own (see region.cpp), and
-// between steps its mailbox (new jobs, departed clients) is served.
+// actor runs on real time in `kiln serve` and on virtual time in tests. A cpu or cuda step
+// runs on the core's worker thread and its end arrives as a message, so the actor never
+// waits on a forward pass or a GPU; meanwhile it serves its mailbox (new jobs, departed
+// clients).
 #include <chrono>
 #include <memory>
 #include <string>

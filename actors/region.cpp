@@ -10,7 +10,7 @@
 namespace kiln::actors {
 
 region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
-                            std::shared_ptr<engine_gauges> gauges, bool detach_blocking) {
+                            std::shared_ptr<engine_gauges> gauges) {
   region_handles r;
   std::map<std::string, model_route, std::less<>> models;
   for (const config::pool_config& p : cfg->pools) {
@@ -22,13 +22,11 @@ region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config
       r.pool_failures.push_back(p.model + ": " + pool->failure);
       continue;  // admission answers for it
     }
-    const bool blocking = p.executor != config::executor_kind::sim;
     replica_set set;
     for (int i = 0; i < p.replicas; ++i) {
       const std::string id = p.model + "-" + p.version + "-r" + std::to_string(i);
       const engine_identity who{id, p.model, p.version, cfg->region};
-      auto engine = blocking && detach_blocking ? sys.spawn<caf::detached>(engine_actor, who, pool, gauges)
-                                                : sys.spawn(engine_actor, who, pool, gauges);
+      auto engine = sys.spawn(engine_actor, who, pool, gauges);
       auto rep = sys.spawn(replica, id, engine, router);
       set.replicas.push_back(rep);
       set.ids.push_back(id);

@@ -23,10 +23,8 @@ struct region_handles {
   std::vector<std::string> pool_failures;  ///< "model: why" for pools that cannot serve
 };
 
-/// `detach_blocking`: engines whose steps block (cpu) get threads of their own; tests on
-/// the test coordinator pass false.
 region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
-                            std::shared_ptr<engine_gauges> gauges, bool detach_blocking = true);
+                            std::shared_ptr<engine_gauges> gauges);
 /// Ends every actor of the region.
 void stop_region(const region_handles& r);
 

@@ -13,7 +13,13 @@ engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_pt
     : sched_(limits, kv.num_blocks, kv.block_size), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
 
 bool engine_core::add(engine_request req) {
-  if (!sched_.add(req.id, req.prio, req.prompt, req.sampling.max_tokens, req.cache_salt)) return false;
+  if (in_flight_) {
+    // The worker reads the scheduler now: the sequence joins it when the step ends.
+    if (!sched_.can_ever_fit(static_cast<int>(req.prompt.size()))) return false;
+    deferred_adds_.push_back(req);
+  } else if (!sched_.add(req.id, req.prio, req.prompt, req.sampling.max_tokens, req.cache_salt)) {
+    return false;
+  }
   sequence s;
   const auto prompt_hash = XXH3_64bits(req.prompt.data(), req.prompt.size() * sizeof(token_id));
   if (req.sampling.temperature <= 0)
@@ -28,8 +34,15 @@ bool engine_core::add(engine_request req) {
 }
 
 bool engine_core::cancel(seq_id id) {
-  sched_.remove(id);
+  if (in_flight_) deferred_removes_.push_back(id);
+  else sched_.remove(id);
   return seqs_.erase(id) > 0;
+}
+
+void engine_core::apply_deferred() {
+  for (seq_id id : std::exchange(deferred_removes_, {})) sched_.remove(id);
+  for (auto& r : std::exchange(deferred_adds_, {}))
+    if (seqs_.count(r.id)) sched_.add(r.id, r.prio, std::move(r.prompt), r.sampling.max_tokens, r.cache_salt);
 }
 
 std::size_t safe_emit_end(const std::string& text, std::size_t from,
@@ -106,39 +119,73 @@ seq_output engine_core::cut_short(sequence& s) {
   return out;
 }
 
-step_result engine_core::step() {
-  step_result result;
-  const step_plan plan = sched_.schedule();
+bool engine_core::prepare(step_result& result) {
+  plan_ = sched_.schedule();
   for (seq_id id : sched_.take_overflowed()) {
-    result.outputs.push_back(cut_short(seqs_.at(id)));
+    if (auto it = seqs_.find(id); it != seqs_.end()) {
+      result.outputs.push_back(cut_short(it->second));
+      seqs_.erase(it);
+    }
     sched_.remove(id);
-    seqs_.erase(id);
   }
-  if (plan.empty()) return result;
-  std::vector<sample_slot> slots;
-  for (const plan_item& item : plan.items) {
+  slots_.clear();
+  for (const plan_item& item : plan_.items) {
     if (!item.samples) continue;
     const sequence& s = seqs_.at(item.id);
-    slots.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
-                     s.req.sampling.top_p});
+    slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
+                      s.req.sampling.top_p});
   }
-  const step_execution exec = exec_->run(plan, sched_, slots);
-  if (!exec.error.empty() || exec.tokens.size() != slots.size()) {
+  return !plan_.empty();
+}
+
+void engine_core::apply(const step_execution& exec, step_result& result) {
+  if (!exec.error.empty() || exec.tokens.size() != slots_.size()) {
     result.error = exec.error.empty() ? "the executor returned no tokens" : exec.error;
-    return result;
+    return;
   }
-  sched_.update(plan, exec.tokens);
+  sched_.update(plan_, exec.tokens);
   result.seconds = exec.seconds;
-  result.batch_size = static_cast<int>(plan.items.size());
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    sequence& s = seqs_.at(slots[i].id);
-    seq_output out = advance(s, exec.tokens[i]);
+  result.batch_size = static_cast<int>(plan_.items.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    auto it = seqs_.find(slots_[i].id);
+    if (it == seqs_.end()) continue;  // cancelled while the step ran
+    seq_output out = advance(it->second, exec.tokens[i]);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);
     }
     result.outputs.push_back(std::move(out));
   }
+}
+
+step_result engine_core::step() {
+  step_result result;
+  if (prepare(result)) apply(exec_->run(plan_, sched_, slots_), result);
+  return result;
+}
+
+std::optional<step_result> engine_core::begin_step(std::function<void()> done) {
+  step_result result;
+  if (!prepare(result)) return result;
+  pending_ = std::move(result);
+  in_flight_ = true;
+  if (!worker_) worker_ = std::make_unique<step_worker>();
+  worker_->post([this, done = std::move(done)] {
+    exec_result_ = exec_->run(plan_, sched_, slots_);
+    done();
+  });
+  return std::nullopt;
+}
+
+step_result engine_core::end_step() {
+  step_result result = std::move(pending_);
+  pending_ = {};
+  if (!in_flight_) return result;
+  worker_->wait();
+  in_flight_ = false;
+  apply(exec_result_, result);
+  exec_result_ = {};
+  apply_deferred();
   return result;
 }
 

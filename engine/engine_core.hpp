@@ -2,12 +2,15 @@
 // One engine: scheduler + executor + tokenizer. step() runs one continuous-batching step
 // and returns each sequence's new text, finish reason and usage. No actors, no clock.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/executor.hpp"
+#include "engine/step_worker.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/tokenizer.hpp"
 
@@ -51,10 +54,19 @@ class engine_core {
 
   /// Queues a request; false when its prompt can never fit in this engine's KV cache.
   bool add(engine_request req);
-  /// Drops a sequence at once and releases its accounting; false if unknown.
+  /// Drops a sequence: it produces nothing more, and its blocks and accounting are freed at
+  /// once (or, while a step runs, as soon as it ends). False if unknown.
   bool cancel(seq_id id);
   bool idle() const { return seqs_.empty(); }
+
+  /// One step on the calling thread.
   step_result step();
+  /// Starts a step on the engine's worker thread; `done` runs there when it has finished and
+  /// end_step() collects it. When there is nothing to launch, the result (it may still end
+  /// sequences that outgrew the KV pool) comes back at once and `done` never runs.
+  std::optional<step_result> begin_step(std::function<void()> done);
+  step_result end_step();
+  bool in_flight() const { return in_flight_; }
 
   int running() const { return sched_.running(); }
   int waiting() const { return sched_.waiting(); }
@@ -71,6 +83,12 @@ class engine_core {
     std::size_t emitted = 0; ///< bytes of text already returned
     int generated = 0;
   };
+  /// Schedules the next step into plan_/slots_; sequences that outgrew the pool end in
+  /// `result`. False when there is nothing to run.
+  bool prepare(step_result& result);
+  /// Applies what the executor produced for plan_.
+  void apply(const step_execution& exec, step_result& result);
+  void apply_deferred();
   seq_output advance(sequence& s, token_id tok);
   /// Ends a sequence that cannot go on (it outgrew the KV pool) with `length`.
   seq_output cut_short(sequence& s);
@@ -81,6 +99,15 @@ class engine_core {
   std::uint64_t salt_;
   std::uint64_t unseeded_ = 0;
   std::unordered_map<seq_id, sequence> seqs_;
+  // the step in progress
+  step_plan plan_;
+  std::vector<sample_slot> slots_;
+  step_result pending_;
+  step_execution exec_result_;
+  bool in_flight_ = false;
+  std::vector<engine_request> deferred_adds_;  ///< arrived while a step ran
+  std::vector<seq_id> deferred_removes_;
+  std::unique_ptr<step_worker> worker_;        ///< made on the first begin_step
 };
 
 /// Bytes of `text` (from `from` on) that may be emitted without cutting a stop string or a

@@ -12,8 +12,7 @@ int scheduler::blocks_for(int tokens) const {
 }
 
 bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int max_tokens, std::uint64_t salt) {
-  if (prompt.empty() || blocks_for(static_cast<int>(prompt.size())) + limits_.kv_reserve_blocks > pool_.capacity())
-    return false;
+  if (!can_ever_fit(static_cast<int>(prompt.size()))) return false;
   seq_status s;
   s.id = id;
   s.prio = prio;

@@ -67,6 +67,10 @@ class scheduler {
   /// Queues a sequence; it joins the batch at a later schedule(). False (and nothing queued)
   /// when its prompt could never fit in the pool.
   bool add(seq_id id, priority prio, std::vector<token_id> prompt, int max_tokens, std::uint64_t salt = 0);
+  /// Whether a prompt of this length fits the pool at all (what add() checks).
+  bool can_ever_fit(int prompt_len) const {
+    return prompt_len > 0 && blocks_for(prompt_len) + limits_.kv_reserve_blocks <= pool_.capacity();
+  }
   /// Removes a sequence wherever it is and frees its blocks at once; false if unknown.
   bool remove(seq_id id);
 

@@ -30,7 +30,7 @@ std::shared_ptr<const config::kiln_config> region_config(int replicas) {
 struct region_fixture : test::actor_fixture {
   std::shared_ptr<const config::kiln_config> cfg = region_config(2);
   std::shared_ptr<actors::engine_gauges> gauges = std::make_shared<actors::engine_gauges>();
-  actors::region_handles region = actors::spawn_region(sys, cfg, gauges, /*detach_blocking=*/false);
+  actors::region_handles region = actors::spawn_region(sys, cfg, gauges);
   engine::word_tokenizer tok;
   std::uint64_t next_id = 1;
 

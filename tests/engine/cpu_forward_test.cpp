@@ -190,3 +190,67 @@ TEST_CASE("sampler: greedy, temperature, top-k, top-p and seeds") {
   for (int pos = 0; pos < 400; ++pos) ++hot[sample(logits, {1, 7, pos, 5.0})];
   CHECK(hot.size() == 5);
 }
+
+#include <future>
+
+#include "engine/engine_core.hpp"
+
+TEST_CASE("engine core: steps on the worker thread equal steps on the caller; mid-step adds and cancels wait for its end") {
+  std::mt19937 rng(31);
+  const llama_config cfg = small_config(rng);
+  auto w = std::make_shared<const llama_weights>(random_llama(cfg, 4));
+  auto make = [&] {
+    auto tok = std::make_shared<word_tokenizer>();
+    return std::make_unique<engine_core>(scheduler_limits{64, 8, 0}, kv_geometry{256, 4},
+                                         std::make_unique<cpu_executor>(w, kv_geometry{256, 4}, 2), tok);
+  };
+  sampling_params sp;
+  sp.max_tokens = 6;
+  sp.temperature = 0;
+  auto prompt = [&](int n) { return random_tokens(rng, n, 50); };  // ids clear of the stand-in's eos
+  const auto p1 = prompt(9), p2 = prompt(5), p3 = prompt(7);
+  auto collect = [](std::map<seq_id, std::string>& text, const step_result& r) {
+    for (const auto& o : r.outputs) text[o.id] += o.text;
+  };
+
+  std::map<seq_id, std::string> sync_text;
+  auto sync = make();
+  sync->add({1, p1, sp, priority::standard});
+  sync->add({2, p2, sp, priority::standard});
+  while (!sync->idle()) collect(sync_text, sync->step());
+
+  std::map<seq_id, std::string> async_text;
+  auto core = make();
+  core->add({1, p1, sp, priority::standard});
+  core->add({2, p2, sp, priority::standard});
+  core->add({3, p3, sp, priority::standard});
+  int steps = 0;
+  while (!core->idle()) {
+    std::promise<void> finished;
+    auto now = core->begin_step([&] { finished.set_value(); });
+    if (now) {
+      collect(async_text, *now);
+      continue;
+    }
+    REQUIRE(core->in_flight());
+    if (steps == 1) {
+      CHECK(core->cancel(3));  // mid-step: nothing more from 3, its blocks go when the step ends
+      CHECK(core->add({4, p3, sp, priority::standard}));
+      CHECK(core->sched().find(3) != nullptr);
+      CHECK(core->sched().find(4) == nullptr);
+    }
+    finished.get_future().wait();
+    const step_result r = core->end_step();
+    CHECK(r.error.empty());
+    collect(async_text, r);
+    if (steps == 1) {
+      CHECK(core->sched().find(3) == nullptr);
+      CHECK(core->sched().find(4) != nullptr);
+    }
+    ++steps;
+  }
+  CHECK(async_text[1] == sync_text[1]);
+  CHECK(async_text[2] == sync_text[2]);
+  CHECK(async_text.count(3) == 1);
+  CHECK_FALSE(async_text[4].empty());
+}
