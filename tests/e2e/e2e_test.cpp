@@ -9,6 +9,7 @@
 #include <fstream>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <regex>
 #include <thread>
 
@@ -324,4 +325,54 @@ TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model direct
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("chat-7b", false), kAuth).status == 200);
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).status == 200);
   std::filesystem::remove_all(root);
+}
+
+TEST_CASE("e2e fuzz: malformed and hostile requests get answers, never a crash") {
+  const int port = server().port();
+  std::mt19937 rng(20261129);
+  const std::string valid = chat_body(false, 2);
+  auto random_bytes = [&](std::size_t n) {
+    std::string s(n, '\0');
+    for (auto& c : s) c = static_cast<char>(rng() % 256);
+    return s;
+  };
+  std::vector<std::string> bodies = {
+      std::string(3000, '['), std::string(3000, '{'), "{\"model\":\"chat-7b\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\xc0\"}]}",
+      "{\"model\":\"chat-7b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":99999999999999999999}",
+      "{\"model\":\"chat-7b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"seed\":-1,\"temperature\":1e308}",
+      "{\"model\":\"chat-7b\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+      "{\"model\":\"\\u0000\",\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}", "null", "\"str\"", "1e400"};
+  for (int i = 0; i < 150; ++i) {
+    std::string b = valid;
+    switch (rng() % 4) {
+      case 0: b = random_bytes(1 + rng() % 300); break;
+      case 1: b[rng() % b.size()] = static_cast<char>(rng() % 256); break;
+      case 2: b.erase(rng() % b.size()); break;
+      case 3: b.insert(rng() % b.size(), random_bytes(1 + rng() % 8)); break;
+    }
+    bodies.push_back(b);
+  }
+  int answered = 0;
+  for (const auto& b : bodies) {
+    const http_response r = request(port, "POST", "/v1/chat/completions", b, kAuth);
+    if (r.status == 200) {
+      ++answered;
+      continue;
+    }
+    CHECK(r.status >= 400);
+    CHECK(r.status < 600);
+    const json e = json::parse(r.body, nullptr, false);
+    CHECK_FALSE(e.is_discarded());
+    if (!e.is_discarded()) CHECK(e.contains("error"));
+    ++answered;
+  }
+  CHECK(answered == static_cast<int>(bodies.size()));
+  // Raw garbage at the HTTP layer, and headers of every odd shape.
+  for (int i = 0; i < 40; ++i) {
+    http_conn c(port, 2000);
+    c.send_raw(i % 2 ? random_bytes(1 + rng() % 2000) : "GET /healthz HTTP/1.1\r\n" + random_bytes(rng() % 200) + "\r\n\r\n");
+    c.read_response();  // an error answer or a close; both are fine
+  }
+  CHECK(request(port, "GET", "/healthz").status == 200);
+  CHECK(request(port, "POST", "/v1/chat/completions", valid, kAuth).status == 200);
 }
