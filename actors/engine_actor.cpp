@@ -29,7 +29,9 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
     case config::executor_kind::cuda: {
 #if KILN_HAVE_CUDA
       engine::cuda_options opts;
-      opts.weights = pool.weights_dtype == "f32" ? kernels::gemm_input::f32 : kernels::gemm_input::bf16;
+      opts.weights = pool.weights_dtype == "f32"    ? engine::cuda_weights::f32
+                     : pool.weights_dtype == "int8" ? engine::cuda_weights::int8
+                                                    : engine::cuda_weights::bf16;
       opts.memory_fraction = pool.gpu_memory_fraction;
       opts.kv_blocks = pool.kv_blocks;
       opts.block_size = pool.block_size;

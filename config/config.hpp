@@ -39,7 +39,7 @@ struct pool_config {
   std::string model_dir;          ///< cpu, cuda: a Hugging Face model directory ("~/" is $HOME)
   std::string make_if_absent;     ///< cpu, cuda: a make-tiny-model size to create model_dir with
   int threads = 2;                ///< cpu: threads of the forward pass
-  std::string weights_dtype = "bf16";  ///< cuda: bf16, or f32 for exact comparisons
+  std::string weights_dtype = "bf16";  ///< cuda: bf16; f32 for exact comparisons; int8 per-row
   double gpu_memory_fraction = 0.90;   ///< cuda: of device memory for weights + KV
   engine::scheduler_limits limits;
   int block_size = 16;            ///< tokens per KV block

@@ -11,6 +11,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/reference/ops.hpp"
+#include "kernels/reference/quant.hpp"
 #include "kernels/reference/sampling.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/sampling.hpp"
@@ -50,8 +51,14 @@ struct dmem {
   std::int32_t* i() const { return static_cast<std::int32_t*>(p); }
 };
 
+// A projection on the device: BF16, F32 or INT8 data (+ per-row scales for INT8).
+struct weight_dev {
+  dmem data, scales;
+};
+
 struct layer_dev {
-  dmem attn_norm, wq, wk, wv, wo, bq, bk, bv, mlp_norm, w_gate, w_up, w_down;
+  dmem attn_norm, bq, bk, bv, mlp_norm;
+  weight_dev wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
 }  // namespace
@@ -59,8 +66,9 @@ struct layer_dev {
 struct cuda_executor::device_state {
   cudaStream_t stream = nullptr;
   std::unique_ptr<k::gemm_runner> gemm;
-  bool bf16 = true;
-  dmem embed, head, final_norm, inv_freq;
+  cuda_weights mode = cuda_weights::bf16;
+  dmem embed, final_norm, inv_freq, wscratch;
+  weight_dev head;
   std::vector<layer_dev> layers;
   std::vector<dmem> k_cache, v_cache;
   dmem x, h, hb, q, kk, vv, attn, o, gate, up, xs, xsn, logits, work;
@@ -83,35 +91,39 @@ struct cuda_executor::device_state {
   }
 
   // y[T, N] = x[T, K] . w^T through the weights' dtype.
-  std::string gemm_xwt(const float* x, int T, int K, const dmem& w, int N, float* y) {
-    if (!bf16) return gemm->matmul_xwt(x, w.p, k::gemm_input::f32, y, T, N, K, stream);
+  std::string gemm_xwt(const float* x, int T, int K, const weight_dev& w, int N, float* y) {
+    if (mode == cuda_weights::f32) return gemm->matmul_xwt(x, w.data.p, k::gemm_input::f32, y, T, N, K, stream);
     if (auto e = hb.ensure(static_cast<std::size_t>(T) * K * 2); e != cudaSuccess) return cuda_error("activations", e);
     if (auto e = k::launch_f32_to_bf16(x, static_cast<__nv_bfloat16*>(hb.p), static_cast<std::int64_t>(T) * K, stream);
         e != cudaSuccess)
       return cuda_error("f32_to_bf16", e);
-    return gemm->matmul_xwt(hb.p, w.p, k::gemm_input::bf16, y, T, N, K, stream);
+    const void* weights = w.data.p;
+    if (mode == cuda_weights::int8) {
+      if (auto e = wscratch.ensure(static_cast<std::size_t>(N) * K * 2); e != cudaSuccess) return cuda_error("dequant scratch", e);
+      if (auto e = k::launch_dequant_int8_bf16(static_cast<const std::int8_t*>(w.data.p), w.scales.f(), N, K,
+                                               static_cast<__nv_bfloat16*>(wscratch.p), stream);
+          e != cudaSuccess)
+        return cuda_error("dequant_int8_bf16", e);
+      weights = wscratch.p;
+    }
+    return gemm->matmul_xwt(hb.p, weights, k::gemm_input::bf16, y, T, N, K, stream);
   }
 };
 
 namespace {
 
-// Copies host F32 values to the device as F32 or BF16 through pinned staging; times both.
-std::string upload(cuda_executor::device_state& d, const std::vector<float>& v, bool as_bf16, dmem& dst,
-                   cuda_load_report& load) {
-  if (v.empty()) return {};
-  const std::size_t elem = as_bf16 ? 2 : 4, n = v.size();
+// Copies host bytes to the device through pinned staging, converting each chunk with
+// `convert(first, count, staging)`; times conversion and copies apart.
+template <class Convert>
+std::string stage(cuda_executor::device_state& d, std::size_t n, std::size_t elem, dmem& dst, cuda_load_report& load,
+                  Convert convert) {
   if (auto e = dst.ensure(n * elem); e != cudaSuccess) return cuda_error("weights", e);
   constexpr std::size_t kChunk = 16u << 20;  // elements per staging round
   if (auto e = d.ensure_pinned(kChunk * 4); e != cudaSuccess) return cuda_error("pinned staging", e);
   for (std::size_t off = 0; off < n; off += kChunk) {
     const std::size_t m = std::min(kChunk, n - off);
     const auto t0 = clock_type::now();
-    if (as_bf16) {
-      auto* out = static_cast<__nv_bfloat16*>(d.pinned);
-      for (std::size_t i = 0; i < m; ++i) out[i] = __float2bfloat16_rn(v[off + i]);
-    } else {
-      std::memcpy(d.pinned, v.data() + off, m * 4);
-    }
+    convert(off, m, d.pinned);
     load.convert_s += since(t0);
     const auto t1 = clock_type::now();
     cudaError_t e = cudaMemcpyAsync(static_cast<char*>(dst.p) + off * elem, d.pinned, m * elem, cudaMemcpyHostToDevice, d.stream);
@@ -123,6 +135,36 @@ std::string upload(cuda_executor::device_state& d, const std::vector<float>& v, 
   return {};
 }
 
+// Host F32 values to the device as F32 or BF16.
+std::string upload(cuda_executor::device_state& d, const std::vector<float>& v, bool as_bf16, dmem& dst,
+                   cuda_load_report& load) {
+  if (v.empty()) return {};
+  return stage(d, v.size(), as_bf16 ? 2 : 4, dst, load, [&](std::size_t off, std::size_t m, void* out) {
+    if (!as_bf16) return static_cast<void>(std::memcpy(out, v.data() + off, m * 4));
+    auto* o = static_cast<__nv_bfloat16*>(out);
+    for (std::size_t i = 0; i < m; ++i) o[i] = __float2bfloat16_rn(v[off + i]);
+  });
+}
+
+// A projection [N, K] in the executor's weight format.
+std::string upload_weight(cuda_executor::device_state& d, const std::vector<float>& v, int N, int K, weight_dev& dst,
+                          cuda_load_report& load) {
+  if (d.mode != cuda_weights::int8) return upload(d, v, d.mode == cuda_weights::bf16, dst.data, load);
+  const auto t0 = clock_type::now();
+  std::vector<std::int8_t> q(v.size());
+  std::vector<float> scales(static_cast<std::size_t>(N));
+  k::reference::quantize_rows_int8(v.data(), static_cast<std::size_t>(N), static_cast<std::size_t>(K), q.data(), scales.data());
+  load.convert_s += since(t0);
+  if (auto e = stage(d, q.size(), 1, dst.data, load,
+                     [&](std::size_t off, std::size_t m, void* out) { std::memcpy(out, q.data() + off, m); });
+      !e.empty())
+    return e;
+  return upload(d, scales, false, dst.scales, load);
+}
+
+std::string random_weight(cuda_executor::device_state& d, weight_dev& dst, std::size_t rows, std::size_t n, std::uint64_t seed,
+                          float scale, cuda_load_report& load);
+
 std::string random_fill(cuda_executor::device_state& d, dmem& dst, std::size_t n, bool as_bf16, std::uint64_t seed,
                         float scale, float mean, cuda_load_report& load) {
   if (auto e = dst.ensure(n * (as_bf16 ? 2 : 4)); e != cudaSuccess) return cuda_error("weights", e);
@@ -130,6 +172,18 @@ std::string random_fill(cuda_executor::device_state& d, dmem& dst, std::size_t n
     return cuda_error("fill_random", e);
   load.bytes += static_cast<double>(n * (as_bf16 ? 2 : 4));
   return {};
+}
+
+// Random weights in the executor's format; INT8 rows get the scale that makes their spread `scale`.
+std::string random_weight(cuda_executor::device_state& d, weight_dev& dst, std::size_t rows, std::size_t n, std::uint64_t seed,
+                          float scale, cuda_load_report& load) {
+  if (d.mode != cuda_weights::int8) return random_fill(d, dst.data, n, d.mode == cuda_weights::bf16, seed, scale, 0.f, load);
+  if (auto e = dst.data.ensure(n); e != cudaSuccess) return cuda_error("weights", e);
+  if (auto e = k::launch_fill_random_int8(static_cast<std::int8_t*>(dst.data.p), static_cast<std::int64_t>(n), seed, d.stream);
+      e != cudaSuccess)
+    return cuda_error("fill_random_int8", e);
+  load.bytes += static_cast<double>(n);
+  return random_fill(d, dst.scales, rows, false, seed, 0.f, scale / 73.3f, load);  // uniform [-127, 127] has sd 73.3
 }
 
 std::string start(cuda_executor::device_state& d, const llama_config& c, const cuda_options& opts) {
@@ -140,7 +194,7 @@ std::string start(cuda_executor::device_state& d, const llama_config& c, const c
   auto g = k::gemm_runner::create();
   if (auto* e = std::get_if<std::string>(&g)) return *e;
   d.gemm = std::move(std::get<std::unique_ptr<k::gemm_runner>>(g));
-  d.bf16 = opts.weights != k::gemm_input::f32;
+  d.mode = opts.weights;
   std::vector<float> inv(static_cast<std::size_t>(c.head_dim / 2));
   k::reference::rope_inv_freq(static_cast<std::size_t>(c.head_dim), c.rope_theta, c.scaling.llama3 ? c.scaling.factor : 0,
                               c.scaling.low_freq_factor, c.scaling.high_freq_factor, c.scaling.original_max_position, inv.data());
@@ -181,32 +235,36 @@ std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create(
   ex->cfg_ = w->cfg;
   ex->opts_ = opts;
   auto& d = *ex->d_;
-  if (auto e = start(d, w->cfg, opts); !e.empty()) return e;
-  const bool b = d.bf16;
+  const llama_config& c = w->cfg;
+  if (auto e = start(d, c, opts); !e.empty()) return e;
   cuda_load_report& load = ex->load_;
   std::string e;
-  auto up = [&](const std::vector<float>& v, bool as_gemm, dmem& dst) {
-    if (e.empty()) e = upload(d, v, as_gemm && b, dst, load);
+  auto up = [&](const std::vector<float>& v, dmem& dst) {
+    if (e.empty()) e = upload(d, v, false, dst, load);
   };
-  up(w->embed, false, d.embed);
-  up(w->lm_head.empty() ? w->embed : w->lm_head, true, d.head);
-  up(w->final_norm, false, d.final_norm);
+  auto upw = [&](const std::vector<float>& v, int N, int K, weight_dev& dst) {
+    if (e.empty()) e = upload_weight(d, v, N, K, dst, load);
+  };
+  const int D = c.hidden, F = c.intermediate, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
+  up(w->embed, d.embed);
+  upw(w->lm_head.empty() ? w->embed : w->lm_head, c.vocab, D, d.head);
+  up(w->final_norm, d.final_norm);
   d.layers.resize(w->layers.size());
   for (std::size_t l = 0; l < w->layers.size(); ++l) {
     const layer_weights& L = w->layers[l];
-    layer_dev& D = d.layers[l];
-    up(L.attn_norm, false, D.attn_norm);
-    up(L.wq, true, D.wq);
-    up(L.wk, true, D.wk);
-    up(L.wv, true, D.wv);
-    up(L.wo, true, D.wo);
-    up(L.bq, false, D.bq);
-    up(L.bk, false, D.bk);
-    up(L.bv, false, D.bv);
-    up(L.mlp_norm, false, D.mlp_norm);
-    up(L.w_gate, true, D.w_gate);
-    up(L.w_up, true, D.w_up);
-    up(L.w_down, true, D.w_down);
+    layer_dev& Ld = d.layers[l];
+    up(L.attn_norm, Ld.attn_norm);
+    upw(L.wq, q, D, Ld.wq);
+    upw(L.wk, kv, D, Ld.wk);
+    upw(L.wv, kv, D, Ld.wv);
+    upw(L.wo, D, q, Ld.wo);
+    up(L.bq, Ld.bq);
+    up(L.bk, Ld.bk);
+    up(L.bv, Ld.bv);
+    up(L.mlp_norm, Ld.mlp_norm);
+    upw(L.w_gate, F, D, Ld.w_gate);
+    upw(L.w_up, F, D, Ld.w_up);
+    upw(L.w_down, D, F, Ld.w_down);
   }
   if (!e.empty()) return e;
   ex->weight_bytes_ = load.bytes;
@@ -222,31 +280,33 @@ std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create_
   ex->opts_ = opts;
   auto& d = *ex->d_;
   if (auto e = start(d, c, opts); !e.empty()) return e;
-  const bool b = d.bf16;
   cuda_load_report& load = ex->load_;
   const auto D = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.intermediate), V = static_cast<std::size_t>(c.vocab);
   const auto q = static_cast<std::size_t>(c.heads * c.head_dim), kv = static_cast<std::size_t>(c.kv_heads * c.head_dim);
   const float in_d = 1.f / std::sqrt(static_cast<float>(D));
   std::string e;
   std::uint64_t s = seed;
-  auto fill = [&](dmem& dst, std::size_t n, bool as_gemm, float scale, float mean = 0.f) {
-    if (e.empty()) e = random_fill(d, dst, n, as_gemm && b, ++s, scale, mean, load);
+  auto fill = [&](dmem& dst, std::size_t n, float scale, float mean) {
+    if (e.empty()) e = random_fill(d, dst, n, false, ++s, scale, mean, load);
+  };
+  auto fillw = [&](weight_dev& dst, std::size_t rows, std::size_t n, float scale) {
+    if (e.empty()) e = random_weight(d, dst, rows, n, ++s, scale, load);
   };
   const auto t0 = clock_type::now();
-  fill(d.embed, V * D, false, 1.f);
-  fill(d.head, V * D, true, in_d);
-  fill(d.final_norm, D, false, 0.05f, 1.f);
+  fill(d.embed, V * D, 1.f, 0.f);
+  fillw(d.head, V, V * D, in_d);
+  fill(d.final_norm, D, 0.05f, 1.f);
   d.layers.resize(static_cast<std::size_t>(c.layers));
   for (auto& L : d.layers) {
-    fill(L.attn_norm, D, false, 0.05f, 1.f);
-    fill(L.wq, q * D, true, in_d);
-    fill(L.wk, kv * D, true, in_d);
-    fill(L.wv, kv * D, true, in_d);
-    fill(L.wo, D * q, true, 1.f / std::sqrt(static_cast<float>(q)));
-    fill(L.mlp_norm, D, false, 0.05f, 1.f);
-    fill(L.w_gate, F * D, true, in_d);
-    fill(L.w_up, F * D, true, in_d);
-    fill(L.w_down, D * F, true, 1.f / std::sqrt(static_cast<float>(F)));
+    fill(L.attn_norm, D, 0.05f, 1.f);
+    fillw(L.wq, q, q * D, in_d);
+    fillw(L.wk, kv, kv * D, in_d);
+    fillw(L.wv, kv, kv * D, in_d);
+    fillw(L.wo, D, D * q, 1.f / std::sqrt(static_cast<float>(q)));
+    fill(L.mlp_norm, D, 0.05f, 1.f);
+    fillw(L.w_gate, F, F * D, in_d);
+    fillw(L.w_up, F, F * D, in_d);
+    fillw(L.w_down, D, D * F, 1.f / std::sqrt(static_cast<float>(F)));
   }
   if (!e.empty()) return e;
   if (auto err = cudaStreamSynchronize(d.stream); err != cudaSuccess) return cuda_error("fill", err);

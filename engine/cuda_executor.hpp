@@ -15,8 +15,12 @@
 
 namespace kiln::engine {
 
+/// How projection weights sit on the device: BF16; FP32 (exact checks against the CPU);
+/// INT8 with a scale per output row (half the memory of BF16; dequantised before each GEMM).
+enum class cuda_weights { bf16, f32, int8 };
+
 struct cuda_options {
-  kernels::gemm_input weights = kernels::gemm_input::bf16;  ///< bf16, or f32 for exact checks
+  cuda_weights weights = cuda_weights::bf16;
   double memory_fraction = 0.90;  ///< of the device's memory for weights + KV; the rest is reserve
   int kv_blocks = 0;              ///< 0: as many as fit
   int block_size = 16;
@@ -24,7 +28,7 @@ struct cuda_options {
 
 /// The cold-start arithmetic of a load, measured.
 struct cuda_load_report {
-  double convert_s = 0;  ///< host: F32 -> BF16 into pinned staging
+  double convert_s = 0;  ///< host: F32 -> BF16 / INT8 into pinned staging
   double upload_s = 0;   ///< host to device copies
   double bytes = 0;      ///< bytes on the device
   int kv_blocks = 0;

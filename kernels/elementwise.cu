@@ -49,6 +49,12 @@ __global__ void add_bias_kernel(float* y, const float* bias, int N, std::int64_t
     y[i] += bias[i % N];
 }
 
+__global__ void dequant_kernel(const std::int8_t* q, const float* scales, int K, std::int64_t n, __nv_bfloat16* out) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(static_cast<float>(q[i]) * scales[i / K]);
+}
+
 __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -73,6 +79,12 @@ __global__ void fill_random_kernel(void* out, bool bf16, std::int64_t n, std::ui
     if (bf16) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
     else static_cast<float*>(out)[i] = v;
   }
+}
+
+__global__ void fill_int8_kernel(std::int8_t* out, std::int64_t n, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<std::int8_t>(static_cast<int>(hash64(seed ^ hash64(static_cast<std::uint64_t>(i))) % 255) - 127);
 }
 
 // One block per row; each thread rotates pairs (i, i + half) of every head.
@@ -126,6 +138,14 @@ cudaError_t launch_add_bias(float* y, const float* bias, int T, int N, cudaStrea
   return cudaGetLastError();
 }
 
+cudaError_t launch_dequant_int8_bf16(const std::int8_t* q, const float* scales, int N, int K, __nv_bfloat16* out,
+                                     cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(N) * K;
+  if (n <= 0) return cudaSuccess;
+  dequant_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q, scales, K, n, out);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_f32_to_bf16(const float* in, __nv_bfloat16* out, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, out, n);
@@ -136,6 +156,12 @@ cudaError_t launch_fill_random(void* out, bool bf16, std::int64_t n, std::uint64
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   fill_random_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, bf16, n, seed, scale, mean);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_random_int8(std::int8_t* out, std::int64_t n, std::uint64_t seed, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  fill_int8_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, n, seed);
   return cudaGetLastError();
 }
 

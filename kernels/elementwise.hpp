@@ -23,10 +23,18 @@ cudaError_t launch_residual_add(float* x, const float* y, std::int64_t n, cudaSt
 /// out[i] = bf16(in[i]), round to nearest even.
 cudaError_t launch_f32_to_bf16(const float* in, __nv_bfloat16* out, std::int64_t n, cudaStream_t stream);
 
+/// out[n, k] = bf16(q[n, k] * scales[n]): INT8 weights with per-row scales, ready for a
+/// BF16 GEMM. Twin: reference::dequantize_rows_int8.
+cudaError_t launch_dequant_int8_bf16(const std::int8_t* q, const float* scales, int N, int K, __nv_bfloat16* out,
+                                     cudaStream_t stream);
+
 /// Fills n values with mean + scale * (a seeded, roughly normal draw), as F32 or BF16:
 /// random weights made on the device.
 cudaError_t launch_fill_random(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float scale, float mean,
                                cudaStream_t stream);
+
+/// Fills n INT8 values uniformly in [-127, 127] from a seed: random quantised weights.
+cudaError_t launch_fill_random_int8(std::int8_t* out, std::int64_t n, std::uint64_t seed, cudaStream_t stream);
 
 /// RoPE on x ([T, heads, head_dim]) at positions[t], pairing i with i + head_dim/2;
 /// inv_freq: [head_dim / 2]. Twin: reference::rope.

@@ -66,7 +66,7 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\", \"cpu\" or \"cuda\" (got \"gpu\")");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\n") == "test.toml: pools[0].model_dir is required for the cpu executor");
   CHECK(error_of(kMinimal + "executor = \"cuda\"\nmodel_dir = \"/m\"\nweights_dtype = \"f8\"\n") ==
-        "test.toml: pools[0].weights_dtype must be bf16 or f32");
+        "test.toml: pools[0].weights_dtype must be bf16, f32 or int8");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nmake_if_absent = \"huge\"\n") ==
         "test.toml: pools[0].make_if_absent must be tiny, small or 100m (got \"huge\")");
   CHECK(error_of(kMinimal + "replicas = 0\n").find("pools[0].replicas must be between 1") != std::string::npos);

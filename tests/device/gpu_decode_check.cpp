@@ -32,7 +32,7 @@ int main() {
   cpu_executor cpu(m.weights, kv, 8);
   const auto want = run(cpu, kv);
   int status = 0;
-  for (auto dtype : {kiln::kernels::gemm_input::f32, kiln::kernels::gemm_input::bf16}) {
+  for (auto dtype : {cuda_weights::f32, cuda_weights::bf16, cuda_weights::int8}) {
     cuda_options opts;
     opts.weights = dtype;
     opts.kv_blocks = kv.num_blocks - 1;
@@ -51,9 +51,9 @@ int main() {
       }
       total += static_cast<int>(toks.size());
     }
-    const bool f32 = dtype == kiln::kernels::gemm_input::f32;
+    const bool f32 = dtype == cuda_weights::f32;
     std::printf("greedy decode, %s weights: %d of %zu sequences equal to the CPU executor; %d of %d tokens before the first difference\n",
-                f32 ? "F32" : "BF16", same_seqs, want.tokens.size(), same_tokens, total);
+                f32 ? "F32" : dtype == cuda_weights::bf16 ? "BF16" : "INT8", same_seqs, want.tokens.size(), same_tokens, total);
     if (f32 && same_seqs != static_cast<int>(want.tokens.size())) status = 1;
   }
   std::printf("gpu_decode_check: %s\n", status == 0 ? "PASS" : "FAIL");

@@ -22,6 +22,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/reference/elementwise.hpp"
 #include "kernels/reference/ops.hpp"
+#include "kernels/reference/quant.hpp"
 #include "kernels/reference/rmsnorm.hpp"
 #include "kernels/reference/sampling.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -131,6 +132,26 @@ TEST_CASE("gpu: RMSNorm, embedding gather, SwiGLU, residual add, KV append") {
   REQUIRE(k::launch_kv_append(dk.p, dv.p, ds.p, T, row, dkc.p, dvc.p, nullptr) == cudaSuccess);
   CHECK(compare("kv_append k", dkc.get(), kc, kF32) == 0.0);
   CHECK(compare("kv_append v", dvc.get(), vc, kF32) == 0.0);
+}
+
+TEST_CASE("gpu: INT8 dequantisation to BF16") {
+  if (!have_gpu()) return;
+  std::mt19937 rng(16);
+  const int N = 300, K = 1024;
+  const auto w = randn(rng, static_cast<std::size_t>(N) * K);
+  std::vector<std::int8_t> q(w.size());
+  std::vector<float> scales(N), want(w.size());
+  ref::quantize_rows_int8(w.data(), N, K, q.data(), scales.data());
+  ref::dequantize_rows_int8(q.data(), scales.data(), N, K, want.data());
+  for (auto& x : want) x = __bfloat162float(__float2bfloat16_rn(x));
+  dbuf<std::int8_t> dq(q);
+  dbuf<float> ds(scales);
+  dbuf<__nv_bfloat16> dout(w.size());
+  REQUIRE(k::launch_dequant_int8_bf16(dq.p, ds.p, N, K, dout.p, nullptr) == cudaSuccess);
+  const auto got_bf = dout.get();
+  std::vector<float> got(got_bf.size());
+  for (std::size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(got_bf[i]);
+  CHECK(compare("dequant int8", got, want, kF32) == 0.0);
 }
 
 TEST_CASE("gpu: RoPE with Llama 3 scaling") {

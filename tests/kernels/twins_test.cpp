@@ -1,6 +1,7 @@
 // CPU twins of the small kernels and of sampling: the rules the GPU kernels must reproduce.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -60,4 +61,19 @@ TEST_CASE("sampling twin: argmax, top-k with ties, top-p by tie groups, seeded d
     sum += u;
   }
   CHECK(sum / 10000 == doctest::Approx(0.5).epsilon(0.02));
+}
+
+#include "kernels/reference/quant.hpp"
+
+TEST_CASE("twins: INT8 per-row quantisation stays within half a step of the weights") {
+  std::vector<float> w = {0.5f, -1.f, 0.25f, 0.f, 0.f, 0.f, 3.f, 2.9f, -0.01f};  // rows of 3; one all zero
+  std::vector<std::int8_t> q(w.size());
+  std::vector<float> scales(3), back(w.size());
+  ref::quantize_rows_int8(w.data(), 3, 3, q.data(), scales.data());
+  CHECK(scales[0] == doctest::Approx(1.f / 127));
+  CHECK(scales[1] == 1.f);
+  CHECK(q[1] == -127);
+  CHECK(q[6] == 127);
+  ref::dequantize_rows_int8(q.data(), scales.data(), 3, 3, back.data());
+  for (std::size_t i = 0; i < w.size(); ++i) CHECK(std::fabs(back[i] - w[i]) <= scales[i / 3] / 2 + 1e-7f);
 }
