@@ -101,10 +101,16 @@ seq_output engine_core::advance(sequence& s, token_id tok) {
     out.text = s.text.substr(s.emitted, end - s.emitted);
     s.emitted = end;
   }
-  out.usage.prompt_tokens = static_cast<int>(s.req.prompt.size());
-  out.usage.completion_tokens = s.generated;
-  if (const seq_status* st = sched_.find(s.req.id)) out.usage.cached_tokens = st->cached_tokens;
+  out.usage = usage_of(s);
   return out;
+}
+
+usage engine_core::usage_of(const sequence& s) const {
+  usage u;
+  u.prompt_tokens = static_cast<int>(s.req.prompt.size());
+  u.completion_tokens = s.generated;
+  if (const seq_status* st = sched_.find(s.req.id)) u.cached_tokens = st->cached_tokens;
+  return u;
 }
 
 seq_output engine_core::cut_short(sequence& s) {
@@ -113,9 +119,7 @@ seq_output engine_core::cut_short(sequence& s) {
   out.finish = finish_reason::length;
   out.text = s.text.substr(s.emitted);
   s.emitted = s.text.size();
-  out.usage.prompt_tokens = static_cast<int>(s.req.prompt.size());
-  out.usage.completion_tokens = s.generated;
-  if (const seq_status* st = sched_.find(s.req.id)) out.usage.cached_tokens = st->cached_tokens;
+  out.usage = usage_of(s);
   return out;
 }
 

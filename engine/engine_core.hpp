@@ -92,6 +92,7 @@ class engine_core {
   seq_output advance(sequence& s, token_id tok);
   /// Ends a sequence that cannot go on (it outgrew the KV pool) with `length`.
   seq_output cut_short(sequence& s);
+  engine::usage usage_of(const sequence& s) const;
 
   scheduler sched_;
   std::unique_ptr<executor> exec_;

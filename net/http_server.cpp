@@ -1,9 +1,7 @@
 #include "net/http_server.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <mutex>
-#include <optional>
 #include <unordered_set>
 
 #include <utility>
@@ -11,8 +9,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "actors/stream_sink.hpp"
-#include "net/openai.hpp"
 #include "net/session.hpp"
 
 namespace kiln::net {
