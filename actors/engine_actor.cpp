@@ -82,8 +82,9 @@ int engine_state::cancel_sink(const caf::actor_addr& sink) {
 void engine_state::publish() const {
   if (!gauges) return;
   const auto& pool = core->sched().pool();
-  gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(),
-               core->tokens_in_flight(), steps, core->preemptions(), pool.num_free(), pool.capacity()});
+  const engine::executor_load load = core->exec().load();
+  gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(), core->tokens_in_flight(), steps,
+               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + load.seconds, load.bytes});
 }
 
 namespace {
@@ -197,6 +198,7 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
             [](stats_atom) { return caf::make_message(std::int32_t{0}, std::int32_t{0}, std::int64_t{0}); }};
   }
   st.core = std::move(std::get<std::unique_ptr<engine::engine_core>>(made));
+  st.load_seconds = pool->load_seconds;
   st.publish();
   self->set_down_handler([self](caf::down_msg& dm) {
     if (self->state.cancel_sink(dm.source) > 0) self->state.publish();

@@ -45,6 +45,7 @@ struct engine_state {
   bool stepping = false;
   bool modelled_time = true;  ///< sim: wait the step's time out on the actor clock
   std::uint64_t steps = 0;
+  double load_seconds = 0;
   std::shared_ptr<engine_gauges> gauges;
 
   engine::engine_request to_request(const chat_job& j) const;

@@ -20,6 +20,8 @@ struct engine_gauge {
   std::uint64_t preemptions = 0;
   int kv_blocks_free = 0;
   int kv_blocks_total = 0;
+  double load_seconds = 0;  ///< reading the model plus putting its weights in place
+  double weight_bytes = 0;
 };
 
 class engine_gauges {

@@ -53,6 +53,7 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
   rt->tokenizer = m.tokenizer;
   rt->tmpl = m.tmpl;
   rt->weights = m.weights;
+  rt->load_seconds = m.load_seconds;
   return rt;
 }
 

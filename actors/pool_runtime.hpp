@@ -21,6 +21,7 @@ struct pool_runtime {
   std::shared_ptr<const engine::chat_template> tmpl;      ///< null: the stand-in template
   std::shared_ptr<const engine::llama_weights> weights;   ///< cpu executor
   std::string failure;                                     ///< non-empty: cannot serve
+  double load_seconds = 0;                                 ///< reading the model from disk
 
   /// The prompt's token ids, or the chat template's error.
   std::variant<std::vector<std::int32_t>, std::string> prompt_for(const std::vector<chat_turn>& messages) const;

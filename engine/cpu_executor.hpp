@@ -21,6 +21,7 @@ class cpu_executor final : public executor {
   /// Logits of the last step's sampling rows, [slots, vocab] (for tests).
   const std::vector<float>& last_logits() const { return logits_; }
   const llama_weights& weights() const { return *w_; }
+  executor_load load() const override { return {0, static_cast<double>(w_->bytes())}; }
 
  private:
   void matmul(const float* x, std::size_t T, std::size_t K, const std::vector<float>& w, const std::vector<float>& bias,

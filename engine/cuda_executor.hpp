@@ -45,7 +45,8 @@ class cuda_executor final : public executor {
 
   step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) override;
   kv_geometry kv() const { return {load_.kv_blocks, opts_.block_size}; }
-  const cuda_load_report& load() const { return load_; }
+  const cuda_load_report& report() const { return load_; }
+  executor_load load() const override { return {load_.convert_s + load_.upload_s, load_.bytes}; }
   double weight_bytes() const { return weight_bytes_; }
 
   struct device_state;

@@ -73,6 +73,7 @@ class engine_core {
   std::int64_t tokens_in_flight() const { return sched_.tokens_in_flight(); }
   std::uint64_t preemptions() const { return sched_.preemptions(); }
   const scheduler& sched() const { return sched_; }
+  const executor& exec() const { return *exec_; }
   const tokenizer& tok() const { return *tok_; }
 
  private:

@@ -27,6 +27,12 @@ struct step_execution {
   std::string error;                ///< non-empty: the device failed; nothing was sampled
 };
 
+/// What putting the weights in place cost an executor.
+struct executor_load {
+  double seconds = 0;  ///< conversion and copies to the device (0 when the weights are used as loaded)
+  double bytes = 0;    ///< weight bytes the executor holds
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -34,6 +40,7 @@ class executor {
   virtual step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) = 0;
   /// Whether the step's time is modelled (the caller waits it out) rather than spent.
   virtual bool modelled_time() const { return false; }
+  virtual executor_load load() const { return {}; }
 };
 
 }  // namespace kiln::engine

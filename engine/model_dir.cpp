@@ -1,5 +1,6 @@
 #include "engine/model_dir.hpp"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -87,6 +88,7 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
 }
 
 std::variant<loaded_model, std::string> load_model_dir(const std::string& dir) {
+  const auto started = std::chrono::steady_clock::now();
   loaded_model m;
   auto w = load_llama(dir);
   if (auto* e = std::get_if<std::string>(&w)) return *e;
@@ -105,6 +107,7 @@ std::variant<loaded_model, std::string> load_model_dir(const std::string& dir) {
   else if (!m.weights->cfg.eos_ids.empty()) tok->set_eos(m.weights->cfg.eos_ids[0]);
   m.tokenizer = tok;
   m.tmpl = ct;
+  m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return m;
 }
 

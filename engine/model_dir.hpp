@@ -15,6 +15,7 @@ struct loaded_model {
   std::shared_ptr<const llama_weights> weights;
   std::shared_ptr<const bpe_tokenizer> tokenizer;
   std::shared_ptr<const chat_template> tmpl;
+  double load_seconds = 0;  ///< reading, checking and converting it all
 };
 
 /// Loads everything; one error line naming the file at fault.

@@ -66,6 +66,10 @@ std::string render_metrics(const front_metrics& m, const actors::engine_gauges& 
              [](const gauge& e) { return e.kv_blocks_free; });
   per_engine("kiln_engine_kv_blocks_total", "gauge", "KV blocks of an engine.", [](const gauge& e) { return e.kv_blocks_total; });
   per_engine("kiln_engine_steps_total", "counter", "Engine steps run.", [](const gauge& e) { return e.steps; });
+  per_engine("kiln_engine_load_seconds", "gauge", "Reading the model and putting its weights in place (disk, convert, copy).",
+             [](const gauge& e) { return e.load_seconds; });
+  per_engine("kiln_engine_weight_bytes", "gauge", "Weight bytes an engine's executor holds.",
+             [](const gauge& e) { return e.weight_bytes; });
   return out;
 }
 

@@ -91,7 +91,7 @@ int main() {
     if (auto* e = std::get_if<std::string>(&made)) return std::fprintf(stderr, "%s\n", e->c_str()), 1;
     auto& exec = *std::get<std::unique_ptr<cuda_executor>>(made);
     std::printf("7B-shaped model, %s weights: %.2f GB on the device (made in %.2f s), %d KV blocks\n", name,
-                exec.weight_bytes() / 1e9, exec.load().upload_s, exec.kv().num_blocks);
+                exec.weight_bytes() / 1e9, exec.report().upload_s, exec.kv().num_blocks);
     const double floor_ms = (exec.weight_bytes() - embed_bytes + 1000 * kv_per_token) / bw * 1e3;
     rows.push_back({name, measure(exec, 1, 1000, 64), floor_ms});
     rows.push_back({name, measure(exec, 64, 1000, 32), 0});

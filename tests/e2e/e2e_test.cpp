@@ -305,6 +305,10 @@ TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model direct
   const int prompt = usage["usage"]["prompt_tokens"];
   CHECK(prompt > 20);
   CHECK(usage["replica_id"] == "tiny-chat-v1-r0");
+  // The replica's load is in its state: time to read and place the weights, and their size.
+  const std::string metrics = request(p.port(), "GET", "/metrics").body;
+  CHECK(metric_sum(metrics, "kiln_engine_load_seconds\\{replica=\"tiny-chat-v1-r0\"[^}]*\\}") > 0);
+  CHECK(metric_sum(metrics, "kiln_engine_weight_bytes\\{replica=\"tiny-chat-v1-r0\"[^}]*\\}") > 100000);
   // The same conversation again: greedy, so the same answer, now with its prefix cached.
   const json first = json::parse(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).body);
   const json again = json::parse(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).body);
