@@ -35,6 +35,9 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
       opts.memory_fraction = pool.gpu_memory_fraction;
       opts.kv_blocks = pool.kv_blocks;
       opts.block_size = pool.block_size;
+      opts.max_step_tokens = pool.limits.max_tokens_per_step;
+      opts.max_batch = pool.limits.max_running;
+      opts.max_context = pool.max_context;
       auto made = engine::cuda_executor::create(rt.weights, opts);
       if (auto* e = std::get_if<std::string>(&made)) return *e;
       auto cuda = std::move(std::get<std::unique_ptr<engine::cuda_executor>>(made));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <cmath>
 #include <cstring>
 
@@ -75,10 +77,23 @@ struct cuda_executor::device_state {
   dmem ids, pos, slots, row_seq, row_pos, sample_rows, tables, params, tokens;
   void* pinned = nullptr;
   std::size_t pinned_bytes = 0;
+  std::map<int, cudaGraphExec_t> graphs;  ///< decode steps by batch size
+  std::set<int> warmed;                   ///< batch sizes run once without capture
+  std::vector<void*> buffers_seen;        ///< step buffer addresses the graphs were captured with
 
   ~device_state() {
+    clear_graphs();
     if (stream) cudaStreamDestroy(stream);
     if (pinned) cudaFreeHost(pinned);
+  }
+  void clear_graphs() {
+    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    graphs.clear();
+    warmed.clear();
+  }
+  std::vector<void*> step_buffers() const {
+    return {x.p, h.p, hb.p, q.p, kk.p, vv.p, attn.p, o.p, gate.p, up.p, xs.p, xsn.p, logits.p, work.p, wscratch.p,
+            ids.p, pos.p, slots.p, row_seq.p, sample_rows.p, tables.p, params.p, tokens.p, pinned};
   }
   cudaError_t ensure_pinned(std::size_t n) {
     if (n <= pinned_bytes) return cudaSuccess;
@@ -269,6 +284,7 @@ std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create(
   if (!e.empty()) return e;
   ex->weight_bytes_ = load.bytes;
   if (auto err = allocate_kv(d, ex->cfg_, opts, load.kv_blocks); !err.empty()) return err;
+  if (auto err = ex->reserve_steps(); !err.empty()) return err;
   return ex;
 }
 
@@ -313,6 +329,7 @@ std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create_
   load.upload_s = since(t0);
   ex->weight_bytes_ = load.bytes;
   if (auto err = allocate_kv(d, c, opts, load.kv_blocks); !err.empty()) return err;
+  if (auto err = ex->reserve_steps(); !err.empty()) return err;
   return ex;
 }
 
@@ -333,21 +350,128 @@ cuda_executor::~cuda_executor() = default;
     }                                                \
   } while (0)
 
+namespace {
+
+// The shape of one step as its kernels see it.
+struct step_shape {
+  int T = 0;       ///< rows (tokens computed)
+  int S = 0;       ///< rows that sample
+  int stride = 1;  ///< block-table entries per sequence
+  int splits = 1;  ///< context splits of the attention
+};
+
+std::size_t f4(long long n) { return static_cast<std::size_t>(n) * 4; }
+
+// Step buffers for `T` rows and `S` samplers (they only grow).
+cudaError_t reserve(cuda_executor::device_state& d, const llama_config& c, int T, int S, int seqs, int stride, int splits) {
+  const int D = c.hidden, F = c.intermediate, qdim = c.heads * c.head_dim, kvdim = c.kv_heads * c.head_dim;
+  S = std::max(S, 1);
+  const std::pair<dmem*, std::size_t> want[] = {
+      {&d.x, f4(1LL * T * D)}, {&d.h, f4(1LL * T * D)}, {&d.hb, f4(1LL * T * std::max(F, qdim)) / 2 + 64},
+      {&d.q, f4(1LL * T * qdim)}, {&d.kk, f4(1LL * T * kvdim)}, {&d.vv, f4(1LL * T * kvdim)},
+      {&d.attn, f4(1LL * T * qdim)}, {&d.o, f4(1LL * T * D)}, {&d.gate, f4(1LL * T * F)}, {&d.up, f4(1LL * T * F)},
+      {&d.xs, f4(1LL * S * D)}, {&d.xsn, f4(1LL * S * D)}, {&d.logits, f4(1LL * S * c.vocab)},
+      {&d.work, f4(k::decode_attention_workspace_floats(T, c.heads, c.head_dim, splits))}, {&d.ids, f4(T)},
+      {&d.pos, f4(T)}, {&d.slots, f4(T)}, {&d.row_seq, f4(T)}, {&d.sample_rows, f4(S)},
+      {&d.tables, f4(1LL * seqs * stride)}, {&d.params, sizeof(k::reference::sample_params) * static_cast<std::size_t>(S)},
+      {&d.tokens, f4(S)}};
+  for (auto [buf, bytes] : want)
+    if (auto e = buf->ensure(bytes); e != cudaSuccess) return e;
+  return d.ensure_pinned(f4(S));
+}
+
+}  // namespace
+
+std::string cuda_executor::reserve_steps() {
+  // Sized once for the pool's limits, so graphs keep valid pointers.
+  const int T = std::max(opts_.max_step_tokens, opts_.max_batch);
+  const int stride = (opts_.max_context + opts_.block_size - 1) / opts_.block_size;
+  if (auto e = reserve(*d_, cfg_, T, opts_.max_batch, opts_.max_batch, stride, 16); e != cudaSuccess)
+    return cuda_error("step buffers", e);
+  if (d_->mode == cuda_weights::int8) {
+    const std::size_t largest = static_cast<std::size_t>(std::max(
+        {1LL * cfg_.intermediate * cfg_.hidden, 1LL * cfg_.vocab * cfg_.hidden, 1LL * cfg_.heads * cfg_.head_dim * cfg_.hidden}));
+    if (auto e = d_->wscratch.ensure(largest * 2); e != cudaSuccess) return cuda_error("dequant scratch", e);
+  }
+  d_->buffers_seen = d_->step_buffers();
+  return {};
+}
+
+void cuda_executor::set_graphs(bool on) {
+  opts_.graphs = on;
+  d_->clear_graphs();
+}
+
+std::size_t cuda_executor::captured_graphs() const { return d_->graphs.size(); }
+
+#define KILN_ENQ_TRY(expr)                                              \
+  do {                                                                  \
+    if (const cudaError_t kiln_e_ = (expr); kiln_e_ != cudaSuccess) return cuda_error(#expr, kiln_e_); \
+  } while (0)
+#define KILN_ENQ_GEMM(expr)                                   \
+  do {                                                        \
+    if (std::string kiln_g_ = (expr); !kiln_g_.empty()) return kiln_g_; \
+  } while (0)
+
+// Every kernel of one step, on the stream, ending with the sampled tokens copied to pinned
+// memory: run directly, or captured once into a graph per decode batch size.
+static std::string enqueue(cuda_executor::device_state& d, const llama_config& c, int block_size, const step_shape& sh) {
+  const int D = c.hidden, F = c.intermediate, H = c.heads, KVH = c.kv_heads, hd = c.head_dim, V = c.vocab;
+  const int qdim = H * hd, kvdim = KVH * hd, T = sh.T, S = sh.S;
+  const auto eps = static_cast<float>(c.rms_eps);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  KILN_ENQ_TRY(k::launch_embedding_gather(d.embed.f(), V, D, d.ids.i(), T, d.x.f(), d.stream));
+  for (std::size_t l = 0; l < d.layers.size(); ++l) {
+    const layer_dev& L = d.layers[l];
+    KILN_ENQ_TRY(k::launch_rmsnorm(d.x.f(), L.attn_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.h.f(), T, D, L.wq, qdim, d.q.f()));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.h.f(), T, D, L.wk, kvdim, d.kk.f()));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.h.f(), T, D, L.wv, kvdim, d.vv.f()));
+    if (L.bq.p) {
+      KILN_ENQ_TRY(k::launch_add_bias(d.q.f(), L.bq.f(), T, qdim, d.stream));
+      KILN_ENQ_TRY(k::launch_add_bias(d.kk.f(), L.bk.f(), T, kvdim, d.stream));
+      KILN_ENQ_TRY(k::launch_add_bias(d.vv.f(), L.bv.f(), T, kvdim, d.stream));
+    }
+    KILN_ENQ_TRY(k::launch_rope(d.q.f(), T, H, hd, d.pos.i(), d.inv_freq.f(), d.stream));
+    KILN_ENQ_TRY(k::launch_rope(d.kk.f(), T, KVH, hd, d.pos.i(), d.inv_freq.f(), d.stream));
+    KILN_ENQ_TRY(k::launch_kv_append(d.kk.f(), d.vv.f(), d.slots.i(), T, kvdim, d.k_cache[l].f(), d.v_cache[l].f(), d.stream));
+    const k::paged_kv_view view{d.k_cache[l].f(), d.v_cache[l].f(), block_size, KVH, hd, d.tables.i(), sh.stride};
+    const k::attention_rows rows{d.row_seq.i(), d.pos.i(), T};
+    KILN_ENQ_TRY(k::launch_paged_decode_attention(d.q.f(), view, rows, H, scale, sh.splits, d.work.f(), d.attn.f(), d.stream));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.attn.f(), T, qdim, L.wo, D, d.o.f()));
+    KILN_ENQ_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
+    KILN_ENQ_TRY(k::launch_rmsnorm(d.x.f(), L.mlp_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.h.f(), T, D, L.w_gate, F, d.gate.f()));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.h.f(), T, D, L.w_up, F, d.up.f()));
+    KILN_ENQ_TRY(k::launch_silu_mul(d.gate.f(), d.up.f(), d.gate.f(), static_cast<std::int64_t>(T) * F, d.stream));
+    KILN_ENQ_GEMM(d.gemm_xwt(d.gate.f(), T, F, L.w_down, D, d.o.f()));
+    KILN_ENQ_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
+  }
+  if (S == 0) return {};
+  // The sampling rows' hidden states, normalised, through the head, then sampled.
+  KILN_ENQ_TRY(k::launch_embedding_gather(d.x.f(), T, D, d.sample_rows.i(), S, d.xs.f(), d.stream));
+  KILN_ENQ_TRY(k::launch_rmsnorm(d.xs.f(), d.final_norm.f(), d.xsn.f(), static_cast<std::size_t>(S), static_cast<std::size_t>(D), eps, d.stream));
+  KILN_ENQ_GEMM(d.gemm_xwt(d.xsn.f(), S, D, d.head, V, d.logits.f()));
+  KILN_ENQ_TRY(k::launch_sample(d.logits.f(), S, V, static_cast<const k::reference::sample_params*>(d.params.p), d.tokens.i(), d.stream));
+  KILN_ENQ_TRY(cudaMemcpyAsync(d.pinned, d.tokens.p, f4(S), cudaMemcpyDeviceToHost, d.stream));
+  return {};
+}
+
 step_execution cuda_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
   const auto started = clock_type::now();
   step_execution out;
   device_state& d = *d_;
-  const llama_config& c = cfg_;
-  const int D = c.hidden, F = c.intermediate, H = c.heads, KVH = c.kv_heads, hd = c.head_dim, V = c.vocab;
-  const int qdim = H * hd, kvdim = KVH * hd, bs = opts_.block_size;
+  const int bs = opts_.block_size;
 
   // Host side of the batch: ids, positions, cache slots, rows, block tables, samplers.
   std::vector<std::int32_t> ids, pos, slot, row_seq, sample_rows;
   std::vector<const seq_status*> seqs;
+  bool pure_decode = true;
   for (const plan_item& item : plan.items) {
     const seq_status* s = sched.find(item.id);
     const auto local = static_cast<std::int32_t>(seqs.size());
     seqs.push_back(s);
+    pure_decode = pure_decode && item.tokens == 1 && item.samples;
     for (int j = 0; j < item.tokens; ++j) {
       const int p = item.context_before + j;
       ids.push_back(s->tokens[static_cast<std::size_t>(p)]);
@@ -357,86 +481,74 @@ step_execution cuda_executor::run(const step_plan& plan, const scheduler& sched,
     }
     if (item.samples) sample_rows.push_back(static_cast<std::int32_t>(ids.size()) - 1);
   }
-  const int T = static_cast<int>(ids.size()), S = static_cast<int>(sample_rows.size());
-  if (T == 0) return out;
+  step_shape sh;
+  sh.T = static_cast<int>(ids.size());
+  sh.S = static_cast<int>(sample_rows.size());
+  if (sh.T == 0) return out;
   int max_blocks = 1, max_context = 1;
   for (const auto* s : seqs) max_blocks = std::max(max_blocks, static_cast<int>(s->blocks.size()));
   for (int p : pos) max_context = std::max(max_context, p + 1);
-  std::vector<std::int32_t> tables(seqs.size() * static_cast<std::size_t>(max_blocks), 0);
+  const int fixed_stride = (opts_.max_context + bs - 1) / bs;
+  // Graphs replay fixed kernel arguments: the table stride and split count are fixed then,
+  // and the attention kernel finds each split's range from the positions on the device.
+  const bool graph = opts_.graphs && pure_decode && max_blocks <= fixed_stride && sh.T <= opts_.max_batch;
+  sh.stride = graph ? fixed_stride : max_blocks;
+  sh.splits = graph ? 8 : std::clamp(max_context / 256, 1, 16);
+  std::vector<std::int32_t> tables(seqs.size() * static_cast<std::size_t>(sh.stride), 0);
   for (std::size_t i = 0; i < seqs.size(); ++i)
-    std::copy(seqs[i]->blocks.begin(), seqs[i]->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    std::copy(seqs[i]->blocks.begin(), seqs[i]->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * sh.stride));
   std::vector<k::reference::sample_params> params;
-  for (int i = 0; i < S && i < static_cast<int>(slots.size()); ++i) {
+  for (int i = 0; i < sh.S && i < static_cast<int>(slots.size()); ++i) {
     const sample_slot& sl = slots[static_cast<std::size_t>(i)];
     params.push_back({sl.rng_seed, sl.position, static_cast<float>(sl.temperature), sl.top_k, static_cast<float>(sl.top_p)});
   }
 
-  // Device buffers for this size.
-  const auto f4 = [](long long n) { return static_cast<std::size_t>(n) * 4; };
-  const int splits = std::clamp(max_context / 256, 1, 16);
-  for (auto [buf, bytes] : {std::pair{&d.x, f4(1LL * T * D)}, {&d.h, f4(1LL * T * D)}, {&d.q, f4(1LL * T * qdim)},
-                            {&d.kk, f4(1LL * T * kvdim)}, {&d.vv, f4(1LL * T * kvdim)}, {&d.attn, f4(1LL * T * qdim)},
-                            {&d.o, f4(1LL * T * D)}, {&d.gate, f4(1LL * T * F)}, {&d.up, f4(1LL * T * F)},
-                            {&d.xs, f4(1LL * std::max(S, 1) * D)}, {&d.xsn, f4(1LL * std::max(S, 1) * D)},
-                            {&d.logits, f4(1LL * std::max(S, 1) * V)},
-                            {&d.work, f4(k::decode_attention_workspace_floats(T, H, hd, splits))}, {&d.ids, f4(T)},
-                            {&d.pos, f4(T)}, {&d.slots, f4(T)}, {&d.row_seq, f4(T)}, {&d.sample_rows, f4(std::max(S, 1))},
-                            {&d.tables, f4(static_cast<long long>(tables.size()))},
-                            {&d.params, sizeof(k::reference::sample_params) * static_cast<std::size_t>(std::max(S, 1))},
-                            {&d.tokens, f4(std::max(S, 1))}})
-    KILN_STEP_TRY(buf->ensure(bytes));
+  KILN_STEP_TRY(reserve(d, cfg_, sh.T, sh.S, static_cast<int>(seqs.size()), sh.stride, sh.splits));
+  if (d.step_buffers() != d.buffers_seen) {  // a buffer moved: captured graphs point at the old one
+    d.clear_graphs();
+    d.buffers_seen = d.step_buffers();
+  }
   auto put = [&](dmem& dst, const void* src, std::size_t bytes) {
     return bytes == 0 ? cudaSuccess : cudaMemcpyAsync(dst.p, src, bytes, cudaMemcpyHostToDevice, d.stream);
   };
-  KILN_STEP_TRY(put(d.ids, ids.data(), f4(T)));
-  KILN_STEP_TRY(put(d.pos, pos.data(), f4(T)));
-  KILN_STEP_TRY(put(d.slots, slot.data(), f4(T)));
-  KILN_STEP_TRY(put(d.row_seq, row_seq.data(), f4(T)));
-  KILN_STEP_TRY(put(d.sample_rows, sample_rows.data(), f4(S)));
+  KILN_STEP_TRY(put(d.ids, ids.data(), f4(sh.T)));
+  KILN_STEP_TRY(put(d.pos, pos.data(), f4(sh.T)));
+  KILN_STEP_TRY(put(d.slots, slot.data(), f4(sh.T)));
+  KILN_STEP_TRY(put(d.row_seq, row_seq.data(), f4(sh.T)));
+  KILN_STEP_TRY(put(d.sample_rows, sample_rows.data(), f4(sh.S)));
   KILN_STEP_TRY(put(d.tables, tables.data(), f4(static_cast<long long>(tables.size()))));
   KILN_STEP_TRY(put(d.params, params.data(), params.size() * sizeof(k::reference::sample_params)));
 
-  const auto eps = static_cast<float>(c.rms_eps);
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  KILN_STEP_TRY(k::launch_embedding_gather(d.embed.f(), V, D, d.ids.i(), T, d.x.f(), d.stream));
-  for (std::size_t l = 0; l < d.layers.size(); ++l) {
-    const layer_dev& L = d.layers[l];
-    KILN_STEP_TRY(k::launch_rmsnorm(d.x.f(), L.attn_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
-    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wq, qdim, d.q.f()));
-    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wk, kvdim, d.kk.f()));
-    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.wv, kvdim, d.vv.f()));
-    if (L.bq.p) {
-      KILN_STEP_TRY(k::launch_add_bias(d.q.f(), L.bq.f(), T, qdim, d.stream));
-      KILN_STEP_TRY(k::launch_add_bias(d.kk.f(), L.bk.f(), T, kvdim, d.stream));
-      KILN_STEP_TRY(k::launch_add_bias(d.vv.f(), L.bv.f(), T, kvdim, d.stream));
+  std::string err;
+  if (graph && d.graphs.count(sh.T)) {
+    KILN_STEP_TRY(cudaGraphLaunch(d.graphs[sh.T], d.stream));
+  } else if (graph && d.warmed.count(sh.T)) {
+    // Second time at this batch size (GEMM algorithms chosen): capture, then replay.
+    KILN_STEP_TRY(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
+    err = enqueue(d, cfg_, bs, sh);
+    cudaGraph_t g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(d.stream, &g);
+    cudaGraphExec_t exec = nullptr;
+    if (err.empty() && end == cudaSuccess && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess) {
+      d.graphs[sh.T] = exec;
+      KILN_STEP_TRY(cudaGraphLaunch(exec, d.stream));
+    } else {
+      opts_.graphs = false;  // capture does not work here: run plainly from now on
+      cudaGetLastError();
+      err = enqueue(d, cfg_, bs, sh);
     }
-    KILN_STEP_TRY(k::launch_rope(d.q.f(), T, H, hd, d.pos.i(), d.inv_freq.f(), d.stream));
-    KILN_STEP_TRY(k::launch_rope(d.kk.f(), T, KVH, hd, d.pos.i(), d.inv_freq.f(), d.stream));
-    KILN_STEP_TRY(k::launch_kv_append(d.kk.f(), d.vv.f(), d.slots.i(), T, kvdim, d.k_cache[l].f(), d.v_cache[l].f(), d.stream));
-    const k::paged_kv_view view{d.k_cache[l].f(), d.v_cache[l].f(), bs, KVH, hd, d.tables.i(), max_blocks};
-    const k::attention_rows rows{d.row_seq.i(), d.pos.i(), T};
-    KILN_STEP_TRY(k::launch_paged_decode_attention(d.q.f(), view, rows, H, scale, splits, d.work.f(), d.attn.f(), d.stream));
-    KILN_GEMM_TRY(d.gemm_xwt(d.attn.f(), T, qdim, L.wo, D, d.o.f()));
-    KILN_STEP_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
-    KILN_STEP_TRY(k::launch_rmsnorm(d.x.f(), L.mlp_norm.f(), d.h.f(), static_cast<std::size_t>(T), static_cast<std::size_t>(D), eps, d.stream));
-    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.w_gate, F, d.gate.f()));
-    KILN_GEMM_TRY(d.gemm_xwt(d.h.f(), T, D, L.w_up, F, d.up.f()));
-    KILN_STEP_TRY(k::launch_silu_mul(d.gate.f(), d.up.f(), d.gate.f(), static_cast<std::int64_t>(T) * F, d.stream));
-    KILN_GEMM_TRY(d.gemm_xwt(d.gate.f(), T, F, L.w_down, D, d.o.f()));
-    KILN_STEP_TRY(k::launch_residual_add(d.x.f(), d.o.f(), static_cast<std::int64_t>(T) * D, d.stream));
+    if (g) cudaGraphDestroy(g);
+  } else {
+    err = enqueue(d, cfg_, bs, sh);
+    if (graph) d.warmed.insert(sh.T);
   }
-  if (S > 0) {
-    // The sampling rows' hidden states, normalised, through the head, then sampled.
-    KILN_STEP_TRY(k::launch_embedding_gather(d.x.f(), T, D, d.sample_rows.i(), S, d.xs.f(), d.stream));
-    KILN_STEP_TRY(k::launch_rmsnorm(d.xs.f(), d.final_norm.f(), d.xsn.f(), static_cast<std::size_t>(S), static_cast<std::size_t>(D), eps, d.stream));
-    KILN_GEMM_TRY(d.gemm_xwt(d.xsn.f(), S, D, d.head, V, d.logits.f()));
-    KILN_STEP_TRY(k::launch_sample(d.logits.f(), S, V, static_cast<const k::reference::sample_params*>(d.params.p), d.tokens.i(), d.stream));
-    KILN_STEP_TRY(d.ensure_pinned(f4(S)));
-    KILN_STEP_TRY(cudaMemcpyAsync(d.pinned, d.tokens.p, f4(S), cudaMemcpyDeviceToHost, d.stream));
+  if (!err.empty()) {
+    out.error = err;
+    return out;
   }
   KILN_STEP_TRY(cudaStreamSynchronize(d.stream));
   const auto* tok = static_cast<const std::int32_t*>(d.pinned);
-  out.tokens.assign(tok, tok + S);
+  out.tokens.assign(tok, tok + sh.S);
   out.seconds = since(started);
   return out;
 }

@@ -24,6 +24,10 @@ struct cuda_options {
   double memory_fraction = 0.90;  ///< of the device's memory for weights + KV; the rest is reserve
   int kv_blocks = 0;              ///< 0: as many as fit
   int block_size = 16;
+  bool graphs = true;             ///< replay decode steps of each batch size as CUDA graphs
+  int max_step_tokens = 2048;     ///< step buffers are sized for these once (fixed pointers)
+  int max_batch = 256;
+  int max_context = 32768;        ///< block tables have room for this many tokens a sequence
 };
 
 /// The cold-start arithmetic of a load, measured.
@@ -44,6 +48,9 @@ class cuda_executor final : public executor {
   ~cuda_executor() override;
 
   step_execution run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) override;
+  /// Turns graph replay on or off (a benchmark compares both); off also drops captured graphs.
+  void set_graphs(bool on);
+  std::size_t captured_graphs() const;
   kv_geometry kv() const { return {load_.kv_blocks, opts_.block_size}; }
   const cuda_load_report& report() const { return load_; }
   executor_load load() const override { return {load_.convert_s + load_.upload_s, load_.bytes}; }
@@ -53,6 +60,7 @@ class cuda_executor final : public executor {
 
  private:
   cuda_executor() = default;
+  std::string reserve_steps();
   std::unique_ptr<device_state> d_;
   llama_config cfg_;
   cuda_options opts_;

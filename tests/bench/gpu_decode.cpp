@@ -87,12 +87,22 @@ int main() {
   for (auto [mode, name] : {std::pair{cuda_weights::bf16, "BF16"}, {cuda_weights::int8, "INT8"}}) {
     cuda_options opts;
     opts.weights = mode;
+    opts.max_step_tokens = 16384;
+    opts.max_batch = 256;
+    opts.max_context = 4096;
     auto made = cuda_executor::create_random(c, opts, 7);
     if (auto* e = std::get_if<std::string>(&made)) return std::fprintf(stderr, "%s\n", e->c_str()), 1;
     auto& exec = *std::get<std::unique_ptr<cuda_executor>>(made);
     std::printf("7B-shaped model, %s weights: %.2f GB on the device (made in %.2f s), %d KV blocks\n", name,
                 exec.weight_bytes() / 1e9, exec.report().upload_s, exec.kv().num_blocks);
     const double floor_ms = (exec.weight_bytes() - embed_bytes + 1000 * kv_per_token) / bw * 1e3;
+    if (mode == cuda_weights::bf16) {
+      exec.set_graphs(false);
+      const result plain = measure(exec, 1, 1000, 64);
+      std::printf("BF16 batch 1 without CUDA graphs: %.2f ms per step (%.0f%% of the floor)\n", plain.step_ms,
+                  100.0 * floor_ms / plain.step_ms);
+      exec.set_graphs(true);
+    }
     rows.push_back({name, measure(exec, 1, 1000, 64), floor_ms});
     rows.push_back({name, measure(exec, 64, 1000, 32), 0});
     if (mode == cuda_weights::bf16) rows.push_back({name, measure(exec, 256, 1000, 16), 0});

@@ -36,11 +36,25 @@ int main() {
     cuda_options opts;
     opts.weights = dtype;
     opts.kv_blocks = kv.num_blocks - 1;
+    opts.max_step_tokens = 512;
+    opts.max_batch = 8;
+    opts.max_context = 2048;
     auto made = cuda_executor::create(m.weights, opts);
     if (auto* e = std::get_if<std::string>(&made)) return std::fprintf(stderr, "cuda executor: %s\n", e->c_str()), 1;
     auto& gpu = *std::get<std::unique_ptr<cuda_executor>>(made);
+    if (dtype == cuda_weights::f32) {
+      // Without graphs first: the plain path must already agree.
+      gpu.set_graphs(false);
+      const auto plain = run(gpu, gpu.kv());
+      if (!plain.error.empty()) return std::fprintf(stderr, "gpu step failed: %s\n", plain.error.c_str()), 1;
+      const bool equal = plain.tokens == want.tokens;
+      std::printf("greedy decode, F32 weights, no graphs: %s the CPU executor\n", equal ? "equal to" : "DIFFERENT from");
+      if (!equal) status = 1;
+      gpu.set_graphs(true);
+    }
     const auto got = run(gpu, gpu.kv());
     if (!got.error.empty()) return std::fprintf(stderr, "gpu step failed: %s\n", got.error.c_str()), 1;
+    std::printf("decode graphs captured: %zu\n", gpu.captured_graphs());
     int same_seqs = 0, same_tokens = 0, total = 0;
     for (const auto& [id, toks] : want.tokens) {
       const auto& g = got.tokens.at(id);
