@@ -254,3 +254,34 @@ TEST_CASE("engine core: steps on the worker thread equal steps on the caller; mi
   CHECK(async_text.count(3) == 1);
   CHECK_FALSE(async_text[4].empty());
 }
+
+#include "engine/tensor_parallel.hpp"
+
+TEST_CASE("tensor parallel shards: summed partial results reproduce the whole model") {
+  std::mt19937 rng(41);
+  llama_config cfg = small_config(rng);
+  cfg.heads = 8;
+  cfg.kv_heads = 4;
+  cfg.intermediate = 64;
+  const llama_weights w = random_llama(cfg, 12);
+  const auto tokens = random_tokens(rng, 11, cfg.vocab);
+  const auto whole = kiln::test::naive_next_logits(w, tokens);
+  for (int size : {2, 4}) {
+    CAPTURE(size);
+    std::vector<llama_weights> shards;
+    for (int r = 0; r < size; ++r) {
+      auto s = shard_for_rank(w, r, size);
+      REQUIRE(std::holds_alternative<llama_weights>(s));
+      shards.push_back(std::get<llama_weights>(std::move(s)));
+      CHECK(shards.back().cfg.heads == 8 / size);
+      CHECK(shards.back().layers[0].wo.size() == w.layers[0].wo.size() / static_cast<std::size_t>(size));
+    }
+    std::vector<const llama_weights*> ranks;
+    for (const auto& s : shards) ranks.push_back(&s);
+    CHECK(max_abs_diff(kiln::test::naive_next_logits_tp(ranks, tokens).data(), whole) < 1e-4);
+  }
+  // A size that does not divide the heads is refused with the reason.
+  auto bad = shard_for_rank(w, 0, 3);
+  REQUIRE(std::holds_alternative<std::string>(bad));
+  CHECK(std::get<std::string>(bad).find("must divide attention heads (8)") != std::string::npos);
+}

@@ -55,60 +55,80 @@ void rotate(vec& x, int heads, int hd, std::size_t pos, const engine::llama_conf
 
 }  // namespace
 
-std::vector<float> naive_next_logits(const engine::llama_weights& w, const std::vector<engine::token_id>& tokens) {
-  const auto& c = w.cfg;
+std::vector<float> naive_next_logits_tp(const std::vector<const engine::llama_weights*>& ranks,
+                                        const std::vector<engine::token_id>& tokens) {
+  const engine::llama_weights& w = *ranks.front();
+  const auto& c = w.cfg;  // a rank's config: its own heads and intermediate slice
   const auto D = static_cast<std::size_t>(c.hidden);
   const int hd = c.head_dim, H = c.heads, KVH = c.kv_heads;
   const std::size_t n = tokens.size();
-  // Hidden state of every position, layer by layer; K/V kept contiguous per layer.
+  // Hidden state of every position, layer by layer; K/V kept contiguous per layer and rank.
   std::vector<vec> x(n);
   for (std::size_t p = 0; p < n; ++p)
     x[p] = vec(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[p]) * D),
                w.embed.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(tokens[p]) + 1) * D));
-  for (const auto& L : w.layers) {
-    std::vector<vec> q(n), k(n), v(n);
-    for (std::size_t p = 0; p < n; ++p) {
-      const vec h = norm(x[p], L.attn_norm, c.rms_eps);
-      q[p] = mul(L.wq, h, static_cast<std::size_t>(H * hd), L.bq);
-      k[p] = mul(L.wk, h, static_cast<std::size_t>(KVH * hd), L.bk);
-      v[p] = mul(L.wv, h, static_cast<std::size_t>(KVH * hd), L.bv);
-      rotate(q[p], H, hd, p, c);
-      rotate(k[p], KVH, hd, p, c);
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    const std::size_t R = ranks.size();
+    std::vector<std::vector<vec>> q(R, std::vector<vec>(n)), k = q, v = q;
+    for (std::size_t r = 0; r < R; ++r) {
+      const auto& L = ranks[r]->layers[l];
+      for (std::size_t p = 0; p < n; ++p) {
+        const vec h = norm(x[p], L.attn_norm, c.rms_eps);
+        q[r][p] = mul(L.wq, h, static_cast<std::size_t>(H * hd), L.bq);
+        k[r][p] = mul(L.wk, h, static_cast<std::size_t>(KVH * hd), L.bk);
+        v[r][p] = mul(L.wv, h, static_cast<std::size_t>(KVH * hd), L.bv);
+        rotate(q[r][p], H, hd, p, c);
+        rotate(k[r][p], KVH, hd, p, c);
+      }
     }
     for (std::size_t p = 0; p < n; ++p) {
-      vec att(static_cast<std::size_t>(H * hd), 0.f);
-      for (int h = 0; h < H; ++h) {
-        const int kvh = h / (H / KVH);
-        std::vector<double> s(p + 1);
-        double mx = -1e300;
-        for (std::size_t j = 0; j <= p; ++j) {
-          double d = 0;
-          for (int i = 0; i < hd; ++i) d += static_cast<double>(q[p][static_cast<std::size_t>(h * hd + i)]) * k[j][static_cast<std::size_t>(kvh * hd + i)];
-          s[j] = d / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, s[j]);
+      vec o_sum(D, 0.f);  // the all-reduce after o_proj
+      for (std::size_t r = 0; r < R; ++r) {
+        vec att(static_cast<std::size_t>(H * hd), 0.f);
+        for (int h = 0; h < H; ++h) {
+          const int kvh = h / (H / KVH);
+          std::vector<double> s(p + 1);
+          double mx = -1e300;
+          for (std::size_t j = 0; j <= p; ++j) {
+            double d = 0;
+            for (int i = 0; i < hd; ++i)
+              d += static_cast<double>(q[r][p][static_cast<std::size_t>(h * hd + i)]) * k[r][j][static_cast<std::size_t>(kvh * hd + i)];
+            s[j] = d / std::sqrt(static_cast<double>(hd));
+            mx = std::max(mx, s[j]);
+          }
+          double sum = 0;
+          for (auto& e : s) sum += (e = std::exp(e - mx));
+          for (int i = 0; i < hd; ++i) {
+            double acc = 0;
+            for (std::size_t j = 0; j <= p; ++j) acc += s[j] / sum * v[r][j][static_cast<std::size_t>(kvh * hd + i)];
+            att[static_cast<std::size_t>(h * hd + i)] = static_cast<float>(acc);
+          }
         }
-        double sum = 0;
-        for (auto& e : s) sum += (e = std::exp(e - mx));
-        for (int i = 0; i < hd; ++i) {
-          double acc = 0;
-          for (std::size_t j = 0; j <= p; ++j) acc += s[j] / sum * v[j][static_cast<std::size_t>(kvh * hd + i)];
-          att[static_cast<std::size_t>(h * hd + i)] = static_cast<float>(acc);
-        }
+        const vec o = mul(ranks[r]->layers[l].wo, att, D);
+        for (std::size_t i = 0; i < D; ++i) o_sum[i] += o[i];
       }
-      const vec o = mul(L.wo, att, D);
-      for (std::size_t i = 0; i < D; ++i) x[p][i] += o[i];
-      const vec h2 = norm(x[p], L.mlp_norm, c.rms_eps);
-      const vec g = mul(L.w_gate, h2, static_cast<std::size_t>(c.intermediate));
-      const vec u = mul(L.w_up, h2, static_cast<std::size_t>(c.intermediate));
-      vec a(g.size());
-      for (std::size_t i = 0; i < g.size(); ++i) a[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i]);
-      const vec d = mul(L.w_down, a, D);
-      for (std::size_t i = 0; i < D; ++i) x[p][i] += d[i];
+      for (std::size_t i = 0; i < D; ++i) x[p][i] += o_sum[i];
+      vec d_sum(D, 0.f);  // the all-reduce after down_proj
+      for (std::size_t r = 0; r < R; ++r) {
+        const auto& L = ranks[r]->layers[l];
+        const vec h2 = norm(x[p], L.mlp_norm, c.rms_eps);
+        const vec g = mul(L.w_gate, h2, static_cast<std::size_t>(c.intermediate));
+        const vec u = mul(L.w_up, h2, static_cast<std::size_t>(c.intermediate));
+        vec a(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) a[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i]);
+        const vec d = mul(L.w_down, a, D);
+        for (std::size_t i = 0; i < D; ++i) d_sum[i] += d[i];
+      }
+      for (std::size_t i = 0; i < D; ++i) x[p][i] += d_sum[i];
     }
   }
   const vec last = norm(x[n - 1], w.final_norm, c.rms_eps);
   const std::vector<float>& head = w.lm_head.empty() ? w.embed : w.lm_head;
   return mul(head, last, static_cast<std::size_t>(c.vocab));
+}
+
+std::vector<float> naive_next_logits(const engine::llama_weights& w, const std::vector<engine::token_id>& tokens) {
+  return naive_next_logits_tp({&w}, tokens);
 }
 
 }  // namespace kiln::test
