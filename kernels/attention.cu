@@ -13,11 +13,19 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-// One warp per (row, head, split): online softmax over this split's part of the context.
+__device__ float warp_max(float v) {
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One warp per (row, head, split): online softmax over this split's part of the context,
+// 32 positions at a time (a lane scores one position, so the key loads run in parallel),
+// then the tile's values accumulated into the lane's output dims (lane + 32 j).
 // splits == 1 writes the normalised result; else (max, sum, unnormalised acc) per split.
 __global__ void attention_kernel(const float* q, paged_kv_view kv, const std::int32_t* row_seq,
                                  const std::int32_t* row_pos, int heads, float scale, int splits, float* partial,
                                  float* out) {
+  __shared__ float qs[kMaxAttentionHeadDim];
   const int r = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, lane = threadIdx.x;
   const int hd = kv.head_dim;
   const int kvh = h / (heads / kv.kv_heads);
@@ -26,28 +34,36 @@ __global__ void attention_kernel(const float* q, paged_kv_view kv, const std::in
   const int begin = sp * chunk;
   const int end = min(context, begin + chunk);
   const std::int32_t* table = kv.block_tables + static_cast<long long>(row_seq[r]) * kv.max_blocks_per_seq;
-  float qv[kPerLane], acc[kPerLane];
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qv[j] = d < hd ? q[(static_cast<long long>(r) * heads + h) * hd + d] : 0.f;
-    acc[j] = 0.f;
-  }
+  for (int d = lane; d < hd; d += 32) qs[d] = q[(static_cast<long long>(r) * heads + h) * hd + d];
+  __syncwarp();
+  auto row_of = [&](int p) {
+    return ((static_cast<long long>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size) * kv.kv_heads + kvh) * hd;
+  };
+  float acc[kPerLane];
+  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.f;
   float m = -FLT_MAX, l = 0.f;
-  for (int p = begin; p < end; ++p) {
-    const long long base = ((static_cast<long long>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size) *
-                                kv.kv_heads + kvh) * hd;
-    float s = 0.f;
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) s += qv[j] * kv.k[base + d];
+  for (int base = begin; base < end; base += 32) {
+    const int p = base + lane;
+    float s = -FLT_MAX;
+    if (p < end) {
+      const float* kp = kv.k + row_of(p);
+      float dot = 0.f;
+      for (int d = 0; d < hd; ++d) dot += qs[d] * kp[d];
+      s = dot * scale;
     }
-    s = warp_sum(s) * scale;
-    const float nm = fmaxf(m, s);
-    const float corr = expf(m - nm), w = expf(s - nm);
-    l = l * corr + w;
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * corr + w * kv.v[base + d];
+    const float nm = fmaxf(m, warp_max(s));
+    const float corr = expf(m - nm);
+    const float w = p < end ? expf(s - nm) : 0.f;
+    l = l * corr + warp_sum(w);
+    for (int j = 0; j < kPerLane; ++j) acc[j] *= corr;
+    const int count = min(32, end - base);
+    for (int t = 0; t < count; ++t) {
+      const float wt = __shfl_sync(0xffffffffu, w, t);
+      const float* vp = kv.v + row_of(base + t);
+      for (int j = 0; j < kPerLane; ++j) {
+        const int d = lane + 32 * j;
+        if (d < hd) acc[j] += wt * vp[d];
+      }
     }
     m = nm;
   }
