@@ -25,10 +25,20 @@ cpu_executor::cpu_executor(std::shared_ptr<const llama_weights> weights, kv_geom
   v_cache_.assign(per_layer * static_cast<std::size_t>(c.layers), 0.f);
 }
 
-void cpu_executor::matmul(const float* x, std::size_t T, std::size_t K, const std::vector<float>& w,
-                          const std::vector<float>& bias, std::size_t N, float* y) {
-  const float* b = bias.empty() ? nullptr : bias.data();
-  pool_.parallel_for(N, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(x, T, K, w.data(), b, N, n0, n1, y); });
+void cpu_executor::matmul(const float* x, std::size_t T, std::size_t K, std::initializer_list<projection> outs) {
+  // One parallel loop over the outputs of every projection that reads the same input.
+  std::size_t total = 0;
+  for (const auto& o : outs) total += o.N;
+  pool_.parallel_for(total, [&](std::size_t n0, std::size_t n1) {
+    std::size_t offset = 0;
+    for (const auto& o : outs) {
+      const std::size_t lo = std::max(n0, offset), hi = std::min(n1, offset + o.N);
+      if (lo < hi)
+        ref::matmul_xwt(x, T, K, o.w->data(), o.bias && !o.bias->empty() ? o.bias->data() : nullptr, o.N, lo - offset,
+                        hi - offset, o.y);
+      offset += o.N;
+    }
+  });
 }
 
 step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
@@ -75,9 +85,7 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
     const ref::paged_kv_layer kv{k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer,
                                  static_cast<std::size_t>(kv_.block_size), KVH, hd};
     ref::rmsnorm(x_.data(), L.attn_norm.data(), h_.data(), T, D, eps);
-    matmul(h_.data(), T, D, L.wq, L.bq, qdim, q_.data());
-    matmul(h_.data(), T, D, L.wk, L.bk, kvdim, k_.data());
-    matmul(h_.data(), T, D, L.wv, L.bv, kvdim, v_.data());
+    matmul(h_.data(), T, D, {{&L.wq, &L.bq, qdim, q_.data()}, {&L.wk, &L.bk, kvdim, k_.data()}, {&L.wv, &L.bv, kvdim, v_.data()}});
     // Position each row, then write its K/V into its block before anyone attends.
     for (std::size_t r = 0; r < T; ++r) {
       const auto pos = rows[r].position;
@@ -96,13 +104,12 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
                                  &attn_[r * qdim], scratch.data());
       }
     });
-    matmul(attn_.data(), T, qdim, L.wo, {}, D, o_.data());
+    matmul(attn_.data(), T, qdim, {{&L.wo, nullptr, D, o_.data()}});
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
     ref::rmsnorm(x_.data(), L.mlp_norm.data(), h_.data(), T, D, eps);
-    matmul(h_.data(), T, D, L.w_gate, {}, F, gate_.data());
-    matmul(h_.data(), T, D, L.w_up, {}, F, up_.data());
+    matmul(h_.data(), T, D, {{&L.w_gate, nullptr, F, gate_.data()}, {&L.w_up, nullptr, F, up_.data()}});
     ref::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
-    matmul(gate_.data(), T, F, L.w_down, {}, D, o_.data());
+    matmul(gate_.data(), T, F, {{&L.w_down, nullptr, D, o_.data()}});
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
   }
 

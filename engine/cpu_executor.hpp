@@ -3,6 +3,7 @@
 // attention over the paged block table, SwiGLU, tied embeddings, Qwen2 qkv bias) as one
 // batched step over mixed prefill chunks and decodes, on a thread pool. The math is the
 // CPU twins of kernels/reference/.
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -24,8 +25,14 @@ class cpu_executor final : public executor {
   executor_load load() const override { return {0, static_cast<double>(w_->bytes())}; }
 
  private:
-  void matmul(const float* x, std::size_t T, std::size_t K, const std::vector<float>& w, const std::vector<float>& bias,
-              std::size_t N, float* y);
+  /// y[T, N] = x[T, K] . w^T (+ bias): one output of a fused matmul.
+  struct projection {
+    const std::vector<float>* w;
+    const std::vector<float>* bias;
+    std::size_t N;
+    float* y;
+  };
+  void matmul(const float* x, std::size_t T, std::size_t K, std::initializer_list<projection> outs);
 
   std::shared_ptr<const llama_weights> w_;
   kv_geometry kv_;

@@ -1,6 +1,8 @@
 #pragma once
 // A fixed set of worker threads for the CPU executor's parallel loops. The calling thread
-// takes a share of every loop, so a pool of n threads starts n - 1 workers.
+// takes a share of every loop, so a pool of n threads starts n - 1 workers. A step issues
+// dozens of loops back to back, so workers spin briefly on the next loop before sleeping.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -29,8 +31,8 @@ class thread_pool {
   std::condition_variable wake_, done_;
   const std::function<void(std::size_t, std::size_t)>* job_ = nullptr;
   std::size_t n_ = 0;
-  std::size_t generation_ = 0;
-  std::size_t pending_ = 0;
+  std::atomic<std::size_t> generation_{0};
+  std::atomic<int> pending_{0};
   bool stop_ = false;
 };
 
