@@ -111,7 +111,7 @@ void fail_all(stateful* self, const std::string& why) {
 
 void start_step(stateful* self) {
   auto& st = self->state;
-  if (st.modelled_time) {
+  if (st.core->exec().modelled_time()) {
     // sim: the step is computed now; its modelled time passes on the actor clock.
     st.pending = st.core->step();
     if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
@@ -184,7 +184,6 @@ void finish_step(stateful* self) {
 caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<const pool_runtime> pool,
                            std::shared_ptr<engine_gauges> gauges) {
   auto& st = self->state;
-  st.modelled_time = pool->cfg->executor == config::executor_kind::sim;
   st.who = std::move(who);
   st.default_max_tokens = pool->cfg->default_max_tokens;
   st.gauges = std::move(gauges);

@@ -43,7 +43,6 @@ struct engine_state {
   std::unordered_set<caf::actor_addr> watched;  ///< sinks this engine monitors
   engine::step_result pending;                  ///< the step now "running"
   bool stepping = false;
-  bool modelled_time = true;  ///< sim: wait the step's time out on the actor clock
   std::uint64_t steps = 0;
   double load_seconds = 0;
   std::shared_ptr<engine_gauges> gauges;

@@ -32,7 +32,6 @@ region_handles spawn_region(caf::actor_system& sys, std::shared_ptr<const config
       set.ids.push_back(id);
       r.engines.push_back(engine);
       r.replicas.push_back(rep);
-      r.replica_ids.push_back(id);
     }
     caf::anon_send(router, std::move(set));
   }

@@ -19,7 +19,6 @@ struct region_handles {
   std::vector<caf::actor> routers;
   std::vector<caf::actor> replicas;
   std::vector<caf::actor> engines;
-  std::vector<std::string> replica_ids;
   std::vector<std::string> pool_failures;  ///< "model: why" for pools that cannot serve
 };
 

@@ -177,9 +177,6 @@ std::string upload_weight(cuda_executor::device_state& d, const std::vector<floa
   return upload(d, scales, false, dst.scales, load);
 }
 
-std::string random_weight(cuda_executor::device_state& d, weight_dev& dst, std::size_t rows, std::size_t n, std::uint64_t seed,
-                          float scale, cuda_load_report& load);
-
 std::string random_fill(cuda_executor::device_state& d, dmem& dst, std::size_t n, bool as_bf16, std::uint64_t seed,
                         float scale, float mean, cuda_load_report& load) {
   if (auto e = dst.ensure(n * (as_bf16 ? 2 : 4)); e != cudaSuccess) return cuda_error("weights", e);

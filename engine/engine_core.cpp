@@ -4,9 +4,11 @@
 
 #include <xxhash.h>
 
-#include "engine/sim_executor.hpp"
+#include "kernels/reference/sampling.hpp"
 
 namespace kiln::engine {
+
+using kernels::reference::mix64;
 
 engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_ptr<executor> exec,
                          std::shared_ptr<const tokenizer> tok, std::uint64_t salt)

@@ -2,14 +2,11 @@
 
 #include <algorithm>
 
+#include "kernels/reference/sampling.hpp"
+
 namespace kiln::engine {
 
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using kernels::reference::mix64;
 
 sim_executor::sim_executor(cost_model model, sim_text text, int vocab_size, token_id eos)
     : model_(std::move(model)), text_(text), vocab_size_(std::max(2, vocab_size)), eos_(eos) {

@@ -27,7 +27,4 @@ class sim_executor final : public executor {
   token_id eos_;
 };
 
-/// splitmix64: the generator's mixing function (also used to derive sequence seeds).
-std::uint64_t mix64(std::uint64_t x);
-
 }  // namespace kiln::engine

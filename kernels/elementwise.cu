@@ -1,5 +1,6 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/reference/sampling.hpp"
 
 namespace kiln::kernels {
 
@@ -61,18 +62,11 @@ __global__ void to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-__device__ std::uint64_t hash64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 __global__ void fill_random_kernel(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float scale, float mean) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     // Sum of four uniforms, centred and scaled to unit variance: close enough to normal.
-    const std::uint64_t h = hash64(seed ^ hash64(static_cast<std::uint64_t>(i)));
+    const std::uint64_t h = reference::mix64(seed ^ reference::mix64(static_cast<std::uint64_t>(i)));
     float s = 0.f;
     for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.f;
     const float v = mean + scale * (s - 2.f) * 1.7320508f;
@@ -84,7 +78,7 @@ __global__ void fill_random_kernel(void* out, bool bf16, std::int64_t n, std::ui
 __global__ void fill_int8_kernel(std::int8_t* out, std::int64_t n, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = static_cast<std::int8_t>(static_cast<int>(hash64(seed ^ hash64(static_cast<std::uint64_t>(i))) % 255) - 127);
+    out[i] = static_cast<std::int8_t>(static_cast<int>(reference::mix64(seed ^ reference::mix64(static_cast<std::uint64_t>(i))) % 255) - 127);
 }
 
 // One block per row; each thread rotates pairs (i, i + half) of every head.
