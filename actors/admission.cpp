@@ -4,59 +4,81 @@
 
 namespace kiln::actors {
 
-std::optional<stream_error> admission_state::admit(chat_job& job) const {
-  const config::team_config* team = cfg->team_by_key(job.api_key);
-  if (!team) {
-    const char* msg = job.api_key.empty()
-                          ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
-                          : "Incorrect API key provided.";
-    return stream_error{job.id, 401, "invalid_request_error", msg, "", "invalid_api_key", ""};
-  }
-  job.team = team->name;
-  auto route = models.find(job.model);
-  if (route == models.end()) {
-    return stream_error{job.id, 404, "invalid_request_error",
-                        "The model '" + job.model + "' does not exist.", "model",
-                        "model_not_found", job.team};
-  }
-  const pool_runtime& rt = *route->second.runtime;
-  const config::pool_config* pool = rt.cfg.get();
-  if (!rt.failure.empty()) {
-    return stream_error{job.id, 503, "server_error", "The model '" + job.model + "' is unavailable: " + rt.failure,
-                        "", "model_unavailable", job.team};
-  }
-  auto prompt = rt.prompt_for(job.messages);
-  if (auto* e = std::get_if<std::string>(&prompt)) {
-    return stream_error{job.id, 400, "invalid_request_error", "The chat template rejected the messages: " + *e,
-                        "messages", "invalid_messages", job.team};
-  }
-  job.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
-  if (job.max_tokens <= 0) job.max_tokens = pool->default_max_tokens;
-  const auto total = static_cast<std::int64_t>(job.prompt.size()) + job.max_tokens;
-  if (total > pool->max_context) {
-    return stream_error{job.id, 400, "invalid_request_error",
-                        "This model's maximum context length is " +
-                            std::to_string(pool->max_context) + " tokens; the request asks for " +
-                            std::to_string(job.prompt.size()) + " prompt + " +
-                            std::to_string(job.max_tokens) + " completion tokens.",
-                        "messages", "context_length_exceeded", job.team};
-  }
-  return std::nullopt;
+namespace {
+
+stream_error refuse(const request& r, errc code, std::string message, std::string param = {}, std::int32_t retry_after_s = 0) {
+  return stream_error{r.id, code, std::move(message), std::move(param), retry_after_s};
 }
 
-caf::behavior admission(caf::stateful_actor<admission_state>* self,
-                        std::shared_ptr<const config::kiln_config> cfg,
-                        std::map<std::string, model_route, std::less<>> models) {
+}  // namespace
+
+std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::actor_clock::time_point now) const {
+  std::string model = r.model, version;
+  if (const auto at = model.find('@'); at != std::string::npos) {
+    version = model.substr(at + 1);
+    model.resize(at);
+  } else {
+    version = cfg->live_version(model);
+  }
+  auto it = pools.find(model + "@" + version);
+  if (version.empty() || it == pools.end())
+    return refuse(r, errc::unknown_model, "The model '" + r.model + "' does not exist.", "model");
+  const pool_update& pool = it->second;
+  switch (pool.status) {
+    case pool_status::serving:
+      if (!pool.router) return refuse(r, errc::unavailable, "The model '" + r.model + "' is restarting.", "", 1);
+      break;
+    case pool_status::loading:
+      return refuse(r, errc::unavailable, "The model '" + r.model + "' is loading.", "", 2);
+    case pool_status::failed:
+      return refuse(r, errc::unavailable, "The model '" + r.model + "' is unavailable: " + pool.failure, "", 60);
+    case pool_status::degraded: {
+      const auto wait = std::chrono::ceil<std::chrono::seconds>(pool.retry_at - now).count();
+      return refuse(r, errc::degraded,
+                    "The model '" + r.model + "' is degraded: its replicas failed too often; they start again shortly.",
+                    "", static_cast<std::int32_t>(std::max<long long>(1, wait)));
+    }
+  }
+  const pool_runtime& rt = *pool.runtime;
+  const config::pool_config& cfg_pool = *rt.cfg;
+  auto prompt = rt.prompt_for(r.messages);
+  if (auto* e = std::get_if<std::string>(&prompt))
+    return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
+  r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
+  r.messages.clear();  // rendered: the tokens travel on, not the text
+  r.model = model;
+  r.version = version;
+  if (r.sampling.max_tokens <= 0) r.sampling.max_tokens = cfg_pool.default_max_tokens;
+  const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens;
+  if (total > cfg_pool.max_context) {
+    return refuse(r, errc::context_too_long,
+                  "This model's maximum context length is " + std::to_string(cfg_pool.max_context) +
+                      " tokens; the request asks for " + std::to_string(r.prompt.size()) + " prompt + " +
+                      std::to_string(r.sampling.max_tokens) + " completion tokens.",
+                  "messages");
+  }
+  return pool.router;
+}
+
+caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg) {
   self->state.cfg = std::move(cfg);
-  self->state.models = std::move(models);
+  for (const auto& p : self->state.cfg->pools) {  // every configured pool is known, loading until it says otherwise
+    pool_update u;
+    u.model = p.model;
+    u.version = p.version;
+    self->state.pools[p.model + "@" + p.version] = u;
+  }
   return {
-      [self](chat_job& job) {
-        if (auto err = self->state.admit(job)) {
-          self->send(job.sink, std::move(*err));
+      [self](request& r) {
+        auto admitted = self->state.admit(r, self->clock().now());
+        if (auto* err = std::get_if<stream_error>(&admitted)) {
+          self->send(r.sink, std::move(*err));
           return;
         }
-        const caf::actor router = self->state.models.find(job.model)->second.router;
-        self->send(router, std::move(job));
+        self->send(std::get<caf::actor>(admitted), std::move(r));
+      },
+      [self](pool_update& u) {
+        self->state.pools[u.model + "@" + u.version] = std::move(u);
       },
   };
 }

@@ -1,35 +1,31 @@
 #pragma once
-// Admission for a region: resolves the API key to a team, the model to its router, checks
-// the request against the pool's limits, and passes it on. Failures end at the sink.
+// Admission for a region: resolves the model (an alias to its live version, or a pinned
+// model@version) to its pool, refuses what the pool cannot take now (loading, degraded,
+// failed), renders and tokenizes the prompt with the pool's template and tokenizer, checks
+// it against the pool's limits, and hands it to the pool's router. Failures end at the sink.
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <caf/stateful_actor.hpp>
 
 #include "actors/messages.hpp"
-#include "actors/pool_runtime.hpp"
+#include "actors/pool_supervisor.hpp"
 #include "config/config.hpp"
 
 namespace kiln::actors {
 
-/// What admission knows of one model: its router and its runtime.
-struct model_route {
-  caf::actor router;
-  std::shared_ptr<const pool_runtime> runtime;
-};
-
 struct admission_state {
   std::shared_ptr<const config::kiln_config> cfg;
-  std::map<std::string, model_route, std::less<>> models;
+  std::map<std::string, pool_update, std::less<>> pools;  ///< by model@version
 
-  /// Fills in team, prompt tokens and defaults, or says why the job cannot run.
-  std::optional<stream_error> admit(chat_job& job) const;
+  /// Fills in version, prompt tokens and defaults and names the router, or says why the
+  /// request cannot run.
+  std::variant<caf::actor, stream_error> admit(request& r, caf::actor_clock::time_point now) const;
   static inline const char* name = "kiln.admission";
 };
 
-caf::behavior admission(caf::stateful_actor<admission_state>* self,
-                        std::shared_ptr<const config::kiln_config> cfg,
-                        std::map<std::string, model_route, std::less<>> models);
+caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg);
 
 }  // namespace kiln::actors

@@ -5,11 +5,21 @@
 #include <caf/all.hpp>
 #include <xxhash.h>
 
+#include "actors/chaos.hpp"
 #include "engine/cpu_executor.hpp"
 #if KILN_HAVE_CUDA
 #include "engine/cuda_executor.hpp"
 #endif
 #include "engine/sim_executor.hpp"
+
+namespace kiln::actors::detail {
+/// A core the loader built (or why not), handed to the engine actor that asked for it.
+struct made_core {
+  std::shared_ptr<std::variant<std::unique_ptr<engine::engine_core>, std::string>> made;
+};
+}  // namespace kiln::actors::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::detail::made_core)
 
 namespace kiln::actors {
 
@@ -52,61 +62,126 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
   return std::make_unique<engine::engine_core>(pool.limits, kv, std::move(exec), rt.tokenizer, salt);
 }
 
-engine::engine_request engine_state::to_request(const chat_job& j) const {
-  engine::engine_request r;
-  r.id = j.id;
-  r.prompt.assign(j.prompt.begin(), j.prompt.end());
-  r.sampling.max_tokens = j.max_tokens > 0 ? j.max_tokens : default_max_tokens;
-  r.sampling.temperature = j.temperature;
-  r.sampling.top_k = j.top_k;
-  r.sampling.top_p = j.top_p;
-  if (j.has_seed) r.sampling.seed = j.seed;
-  r.sampling.stop = j.stop;
-  r.prio = static_cast<engine::priority>(std::min<std::uint8_t>(j.priority, 2));
-  r.cache_salt = XXH3_64bits(j.team.data(), j.team.size());  // the team, never the client
-  return r;
+engine::engine_request engine_state::to_engine_request(const request& r, engine::seq_id seq) const {
+  engine::engine_request e;
+  e.id = seq;
+  e.prompt.assign(r.prompt.begin(), r.prompt.end());
+  e.sampling = r.sampling;
+  if (e.sampling.max_tokens <= 0) e.sampling.max_tokens = default_max_tokens;
+  e.prio = r.priority;
+  e.cache_salt = XXH3_64bits(r.team.data(), r.team.size());  // the team, never the client
+  return e;
 }
 
-int engine_state::cancel_sink(const caf::actor_addr& sink) {
-  int n = 0;
-  for (auto it = jobs.begin(); it != jobs.end();) {
-    if (it->second.sink.address() == sink) {
-      core->cancel(it->first);
-      it = jobs.erase(it);
-      ++n;
-    } else {
-      ++it;
-    }
+engine_load engine_state::load() const {
+  engine_load l = totals;
+  if (core) {
+    l.waiting = core->waiting();
+    l.running = core->running();
+    l.tokens_in_flight = core->tokens_in_flight();
   }
-  watched.erase(sink);
-  return n;
+  return l;
 }
 
 void engine_state::publish() const {
-  if (!gauges) return;
+  if (!gauges || !core) return;
   const auto& pool = core->sched().pool();
-  const engine::executor_load load = core->exec().load();
+  const engine::executor_load exec = core->exec().load();
   gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(), core->tokens_in_flight(), steps,
-               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + load.seconds, load.bytes});
+               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + exec.seconds, exec.bytes});
 }
 
 namespace {
 
 using stateful = caf::stateful_actor<engine_state>;
 
-// The executor failed (a device error): every job gets a terminal error, and the engine
-// answers later jobs with 503 from now on.
+bool owner_alive(const engine_state& st, const engine_state::job& j) {
+  return j.owner && !st.gone_owners.count(j.owner.address());
+}
+
+void watch(stateful* self, const caf::actor& a) {
+  if (a && self->state.watched.insert(a.address()).second) self->monitor(a);
+}
+
+// A request the engine cannot take or finish: its owner decides (retry or error); with no
+// owner left, the engine ends it at the sink.
+void report_failure(stateful* self, const request_id& id, std::uint8_t attempt, const caf::actor& owner,
+                    const caf::actor& sink, errc code, const std::string& msg) {
+  const bool alive = owner && !self->state.gone_owners.count(owner.address());
+  if (alive) self->send(owner, job_failed{id, attempt, code, msg});
+  else if (sink) self->send(sink, stream_error{id, code, msg, "", 0});
+}
+
+void forget(engine_state& st, engine::seq_id seq) {
+  auto it = st.jobs.find(seq);
+  if (it == st.jobs.end()) return;
+  st.by_request.erase(it->second.id);
+  st.jobs.erase(it);
+}
+
+// The executor failed (a device error): every request gets a failure, and the actor ends
+// abnormally so that its replica starts a fresh engine with fresh KV.
 void fail_all(stateful* self, const std::string& why) {
   auto& st = self->state;
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
-  for (auto& [id, job] : st.jobs) {
-    st.core->cancel(id);
-    self->send(job.sink, stream_error{id, 500, "server_error", "The engine failed: " + why, "", "engine_failed", job.team});
+  for (auto& [seq, j] : st.jobs) {
+    st.core->cancel(seq);
+    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why);
   }
   st.jobs.clear();
-  st.failure = why;
+  st.by_request.clear();
+  self->quit(caf::make_error(caf::sec::runtime_error, "engine failed: " + why));
+}
+
+void start_step(stateful* self);
+
+// The step's time has passed: its tokens reach their sinks, then the next step starts.
+void deliver(stateful* self) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  for (auto& out : st.pending.outputs) {
+    auto it = st.jobs.find(out.id);
+    if (it == st.jobs.end()) continue;  // cancelled while the step ran
+    auto& j = it->second;
+    const bool first = j.ttft_ms < 0 && out.new_tokens > 0;
+    if (first) {
+      j.ttft_ms = std::chrono::duration<double, std::milli>(now - j.arrival).count();
+      // Before the tokens leave: an owner that has not heard this knows none reached the client.
+      if (owner_alive(st, j)) self->send(j.owner, first_token{j.id, j.attempt});
+    }
+    if (out.new_tokens > 0 || !out.text.empty()) {
+      self->send(j.sink, stream_tokens{j.id, std::move(out.text), out.new_tokens,
+                                       first ? out.usage.prompt_tokens : -1, first ? out.usage.cached_tokens : -1});
+    }
+    if (out.finish == engine::finish_reason::none) continue;
+    st.totals.prompt_tokens_total += out.usage.prompt_tokens;
+    st.totals.cached_tokens_total += out.usage.cached_tokens;
+    if (owner_alive(st, j)) {
+      self->send(j.owner, job_done{j.id, j.attempt, out.finish, out.usage, st.who.replica_id, std::max(0.0, j.ttft_ms)});
+    } else {
+      stream_end end;
+      end.id = j.id;
+      end.finish_reason = std::string(engine::to_string(out.finish));
+      end.prompt_tokens = out.usage.prompt_tokens;
+      end.completion_tokens = out.usage.completion_tokens;
+      end.cached_tokens = out.usage.cached_tokens;
+      end.model_version = st.who.version;
+      end.region = st.who.region;
+      end.replica_id = st.who.replica_id;
+      end.engine_ttft_ms = std::max(0.0, j.ttft_ms);
+      end.attempts = j.attempt + 1;
+      self->send(j.sink, std::move(end));
+    }
+    forget(st, out.id);
+  }
   st.pending = {};
   st.stepping = false;
+  if (!st.core->idle()) start_step(self);
+  st.publish();
+}
+
+caf::timespan seconds_span(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
 void start_step(stateful* self) {
@@ -118,8 +193,7 @@ void start_step(stateful* self) {
     st.stepping = !st.pending.outputs.empty() || st.pending.batch_size > 0;
     if (!st.stepping) return;
     ++st.steps;
-    const auto delay = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.pending.seconds));
-    self->delayed_send(self, delay, step_atom::value);
+    self->delayed_send(self, seconds_span(st.pending.seconds * st.slow_factor), step_atom::value);
     return;
   }
   // cpu, cuda: the step runs on the engine's worker; its end arrives as a message.
@@ -138,100 +212,142 @@ void start_step(stateful* self) {
   self->send(self, step_atom::value);
 }
 
-// The step's time has passed: its tokens reach their sinks, then the next step starts.
-void finish_step(stateful* self) {
+void on_step(stateful* self) {
   auto& st = self->state;
   if (st.core->in_flight()) {
     st.pending = st.core->end_step();
     if (!st.pending.error.empty()) return fail_all(self, st.pending.error);
-  }
-  const auto now = self->clock().now();
-  for (auto& out : st.pending.outputs) {
-    auto it = st.jobs.find(out.id);
-    if (it == st.jobs.end()) continue;  // cancelled while the step ran
-    auto& j = it->second;
-    if (j.ttft_ms < 0)
-      j.ttft_ms = std::chrono::duration<double, std::milli>(now - j.arrival).count();
-    if (out.finish == engine::finish_reason::none) {
-      if (!out.text.empty())
-        self->send(j.sink, stream_tokens{out.id, std::move(out.text), out.new_tokens});
-      continue;
+    if (st.slow_factor > 1 && st.pending.seconds > 0) {
+      // chaos slow: the step's tokens leave as late as a step this much slower would.
+      self->delayed_send(self, seconds_span(st.pending.seconds * (st.slow_factor - 1)), step_atom::value);
+      return;
     }
-    stream_end end;
-    end.id = out.id;
-    end.text = std::move(out.text);
-    end.tokens = out.new_tokens;
-    end.finish_reason = std::string(engine::to_string(out.finish));
-    end.prompt_tokens = out.usage.prompt_tokens;
-    end.completion_tokens = out.usage.completion_tokens;
-    end.cached_tokens = out.usage.cached_tokens;
-    end.team = j.team;
-    end.model_version = st.who.version;
-    end.region = st.who.region;
-    end.replica_id = st.who.replica_id;
-    end.engine_ttft_ms = j.ttft_ms;
-    self->send(j.sink, std::move(end));
-    st.jobs.erase(it);
   }
-  st.pending = {};
-  st.stepping = false;
-  if (!st.core->idle()) start_step(self);
-  st.publish();
+  deliver(self);
+}
+
+void on_chaos(stateful* self, const chaos_order& o) {
+  switch (o.action) {
+    case chaos_action::freeze: freeze(self, o.seconds); break;
+    case chaos_action::slow:
+      self->state.slow_factor = std::max(1.0, o.factor);
+      self->delayed_send(self, seconds_span(o.seconds), unslow_atom::value);
+      break;
+    case chaos_action::kill: self->quit(caf::exit_reason::kill); break;
+  }
+}
+
+caf::behavior serving(stateful* self) {
+  return {
+      [self](request& r) {
+        auto& st = self->state;
+        st.totals.received_tokens += request_tokens(r);
+        const engine::seq_id seq = ++st.next_seq;
+        if (!st.core->add(st.to_engine_request(r, seq))) {
+          report_failure(self, r.id, r.attempt, r.owner, r.sink, errc::context_too_long,
+                         "The prompt (" + std::to_string(r.prompt.size()) +
+                             " tokens) does not fit in this replica's KV cache.");
+          return;
+        }
+        watch(self, r.sink);
+        watch(self, r.owner);
+        st.jobs[seq] = {r.id, r.sink, r.owner, r.attempt, self->clock().now(), -1};
+        st.by_request[r.id] = seq;
+        if (!st.stepping) start_step(self);
+        st.publish();
+      },
+      [self](cancel_job& c) {
+        auto& st = self->state;
+        auto it = st.by_request.find(c.id);
+        if (it == st.by_request.end()) return;
+        st.core->cancel(it->second);
+        forget(st, it->second);
+        st.publish();
+      },
+      [self](step_atom) { on_step(self); },
+      [self](stats_atom) { return self->state.load(); },
+      [self](chaos_order& o) { on_chaos(self, o); },
+      [self](unslow_atom) { self->state.slow_factor = 1; },
+  };
+}
+
+caf::behavior loading(stateful* self, std::shared_ptr<const pool_runtime> pool, caf::actor parent) {
+  return {
+      [self, pool, parent](detail::made_core& m) {
+        auto& st = self->state;
+        if (auto* why = std::get_if<std::string>(m.made.get())) {
+          std::fprintf(stderr, "kiln: engine %s cannot start: %s\n", st.who.replica_id.c_str(), why->c_str());
+          self->send(parent, engine_unloadable{st.who.replica_id, *why});
+          self->quit();
+          return;
+        }
+        st.core = std::move(std::get<std::unique_ptr<engine::engine_core>>(*m.made));
+        st.load_seconds = pool->load_seconds;
+        st.publish();
+        self->send(parent, engine_ready{st.who.replica_id});
+        self->become(serving(self));
+      },
+      [self](request& r) {
+        self->state.totals.received_tokens += request_tokens(r);
+        report_failure(self, r.id, r.attempt, r.owner, r.sink, errc::unavailable,
+                       "Replica " + self->state.who.replica_id + " is still loading.");
+      },
+      [](cancel_job&) {},
+      [self](stats_atom) { return self->state.load(); },
+      [self](chaos_order& o) { on_chaos(self, o); },
+      [self](unslow_atom) { self->state.slow_factor = 1; },
+  };
 }
 
 }  // namespace
 
+int engine_state::cancel_sink(caf::event_based_actor* self, const caf::actor_addr& sink) {
+  int n = 0;
+  for (auto it = jobs.begin(); it != jobs.end();) {
+    auto& j = it->second;
+    if (j.sink.address() != sink) {
+      ++it;
+      continue;
+    }
+    core->cancel(it->first);
+    if (j.owner && !gone_owners.count(j.owner.address())) {
+      engine::usage u;
+      self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, u, who.replica_id, 0});
+    }
+    by_request.erase(j.id);
+    it = jobs.erase(it);
+    ++n;
+  }
+  return n;
+}
+
 caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<const pool_runtime> pool,
-                           std::shared_ptr<engine_gauges> gauges) {
+                           std::shared_ptr<fleet_gauges> gauges, std::shared_ptr<loader> loader, caf::actor parent) {
   auto& st = self->state;
   st.who = std::move(who);
   st.default_max_tokens = pool->cfg->default_max_tokens;
   st.gauges = std::move(gauges);
-  auto made = make_engine_core(*pool, XXH3_64bits(st.who.replica_id.data(), st.who.replica_id.size()));
-  if (auto* e = std::get_if<std::string>(&made)) {
-    st.failure = *e;
-    std::fprintf(stderr, "kiln: engine %s cannot start: %s\n", st.who.replica_id.c_str(), e->c_str());
-    return {[self](chat_job& job) {
-              self->send(job.sink, stream_error{job.id, 503, "server_error",
-                                                "The engine of " + self->state.who.replica_id + " cannot run: " +
-                                                    self->state.failure,
-                                                "", "engine_unavailable", job.team});
-            },
-            [](stats_atom) { return caf::make_message(std::int32_t{0}, std::int32_t{0}, std::int64_t{0}); }};
-  }
-  st.core = std::move(std::get<std::unique_ptr<engine::engine_core>>(made));
-  st.load_seconds = pool->load_seconds;
-  st.publish();
-  self->set_down_handler([self](caf::down_msg& dm) {
-    if (self->state.cancel_sink(dm.source) > 0) self->state.publish();
+  self->attach_functor([g = st.gauges, id = st.who.replica_id] {
+    if (g) g->erase(id);
   });
-  return {
-      [self](chat_job& job) {
-        auto& st = self->state;
-        if (!st.failure.empty()) {
-          self->send(job.sink, stream_error{job.id, 503, "server_error", "The engine failed: " + st.failure, "",
-                                            "engine_unavailable", job.team});
-          return;
-        }
-        if (!st.core->add(st.to_request(job))) {
-          self->send(job.sink, stream_error{job.id, 400, "invalid_request_error",
-                                            "The prompt (" + std::to_string(job.prompt.size()) +
-                                                " tokens) does not fit in this replica's KV cache.",
-                                            "messages", "context_length_exceeded", job.team});
-          return;
-        }
-        if (job.sink && st.watched.insert(job.sink.address()).second) self->monitor(job.sink);
-        st.jobs[job.id] = {job.sink, job.team, self->clock().now(), -1};
-        if (!st.stepping) start_step(self);
-        st.publish();
-      },
-      [self](step_atom) { finish_step(self); },
-      [self](stats_atom) {
-        const auto& c = *self->state.core;
-        return caf::make_message(static_cast<std::int32_t>(c.waiting()),
-                                 static_cast<std::int32_t>(c.running()), c.tokens_in_flight());
-      },
-  };
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    st.watched.erase(dm.source);
+    for (const auto& [seq, j] : st.jobs) {
+      if (j.owner.address() == dm.source) {
+        st.gone_owners.insert(dm.source);  // its requests now end at their sinks
+        break;
+      }
+    }
+    if (st.core && st.cancel_sink(self, dm.source) > 0) st.publish();
+  });
+  const std::uint64_t salt = XXH3_64bits(st.who.replica_id.data(), st.who.replica_id.size());
+  loader->run([handle = caf::actor_cast<caf::actor>(self), pool, salt] {
+    auto made = std::make_shared<std::variant<std::unique_ptr<engine::engine_core>, std::string>>(
+        make_engine_core(*pool, salt));
+    caf::anon_send(handle, detail::made_core{std::move(made)});
+  });
+  return loading(self, std::move(pool), std::move(parent));
 }
 
 }  // namespace kiln::actors

@@ -1,22 +1,28 @@
 #pragma once
-// The engine actor: owns one engine_core and advances it one step at a time. A sim step's
-// modelled duration passes on the actor clock before its tokens go to the sinks, so the same
-// actor runs on real time in `kiln serve` and on virtual time in tests. A cpu or cuda step
-// runs on the core's worker thread and its end arrives as a message, so the actor never
-// waits on a forward pass or a GPU; meanwhile it serves its mailbox (new jobs, departed
-// clients).
-#include <chrono>
+// The engine actor: owns one engine_core and advances it one step at a time.
+//
+// It starts `loading`: its core (executor, weights in place, KV) is built by the loader, off
+// the scheduler's threads, and arrives as a message; then it tells its replica and serves.
+// A sim step's modelled duration passes on the actor clock before its tokens leave, so the
+// same actor runs on real time in `kiln serve` and on virtual time in tests. A cpu or cuda
+// step runs on the core's worker thread and its end arrives as a message.
+//
+// Each request's tokens go straight to its sink; its owner hears first_token (before the
+// first tokens leave), job_done and job_failed. A request whose owner has ended is finished
+// at the sink by the engine itself. An executor failure fails every request it holds and
+// ends the actor abnormally, so its replica starts a fresh one.
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <variant>
 
 #include <caf/stateful_actor.hpp>
 
-#include "actors/engine_gauges.hpp"
+#include "actors/gauges.hpp"
+#include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_runtime.hpp"
-#include "config/config.hpp"
 #include "engine/engine_core.hpp"
 
 namespace kiln::actors {
@@ -28,38 +34,65 @@ struct engine_identity {
   std::string region;
 };
 
+/// The engine tells its replica it is ready (or why it cannot be).
+struct engine_ready {
+  std::string replica_id;
+};
+struct engine_unloadable {
+  std::string replica_id;
+  std::string why;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_ready& x) {
+  return f(caf::meta::type_name("engine_ready"), x.replica_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_unloadable& x) {
+  return f(caf::meta::type_name("engine_unloadable"), x.replica_id, x.why);
+}
+
 struct engine_state {
   struct job {
+    request_id id;
     caf::actor sink;
-    std::string team;
+    caf::actor owner;
+    std::uint8_t attempt = 0;
     caf::actor_clock::time_point arrival;
     double ttft_ms = -1;
   };
   std::unique_ptr<engine::engine_core> core;
-  std::string failure;  ///< set when the core could not be built: every job gets it as a 503
   engine_identity who;
   int default_max_tokens = 1024;
-  std::unordered_map<std::uint64_t, job> jobs;
-  std::unordered_set<caf::actor_addr> watched;  ///< sinks this engine monitors
-  engine::step_result pending;                  ///< the step now "running"
+  std::unordered_map<engine::seq_id, job> jobs;
+  std::unordered_map<request_id, engine::seq_id, request_id_hash> by_request;
+  std::unordered_set<caf::actor_addr> watched;      ///< sinks and owners this engine monitors
+  std::unordered_set<caf::actor_addr> gone_owners;  ///< owners that ended
+  engine::seq_id next_seq = 0;
+  engine::step_result pending;  ///< the step now "running"
   bool stepping = false;
   std::uint64_t steps = 0;
+  engine_load totals;           ///< received, prompt and cached token sums
   double load_seconds = 0;
-  std::shared_ptr<engine_gauges> gauges;
+  double slow_factor = 1;       ///< chaos: step time multiplier
+  std::shared_ptr<fleet_gauges> gauges;
 
-  engine::engine_request to_request(const chat_job& j) const;
-  /// Drops every job whose sink is gone; returns how many.
-  int cancel_sink(const caf::actor_addr& sink);
+  engine::engine_request to_engine_request(const request& r, engine::seq_id seq) const;
+  engine_load load() const;
+  /// Drops every job whose sink is gone, telling their owners; returns how many.
+  int cancel_sink(caf::event_based_actor* self, const caf::actor_addr& sink);
   void publish() const;
   static inline const char* name = "kiln.engine";
 };
 
 /// Builds the engine core a pool's runtime describes (sim, cpu or cuda executor), or says
-/// why it cannot (the device ran out of memory, say).
+/// why it cannot (the device ran out of memory, say). Blocking: the loader runs it.
 std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core(const pool_runtime& pool,
                                                                                  std::uint64_t salt);
 
+/// `parent` (its replica) hears engine_ready or engine_unloadable.
 caf::behavior engine_actor(caf::stateful_actor<engine_state>* self, engine_identity who,
-                           std::shared_ptr<const pool_runtime> pool, std::shared_ptr<engine_gauges> gauges);
+                           std::shared_ptr<const pool_runtime> pool, std::shared_ptr<fleet_gauges> gauges,
+                           std::shared_ptr<loader> loader, caf::actor parent);
 
 }  // namespace kiln::actors

@@ -1,5 +1,11 @@
 #pragma once
 // Messages between kiln's actors. Each type has an inspect() so it can cross nodes later.
+//
+// A request's path: the front sends a `request` to admission, admission to the router shard
+// of its model@version, which owns it and sends it to an engine. The engine streams
+// `stream_tokens` to the request's sink and reports `first_token` (before those tokens
+// leave), `job_done` and `job_failed` to the owner. The owner alone ends the request at the
+// sink, with one `stream_end` or `stream_error`.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,122 +14,175 @@
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "actors/request.hpp"
+
 namespace kiln::actors {
 
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using state_atom = caf::atom_constant<caf::atom("state")>;
+using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
+using recover_atom = caf::atom_constant<caf::atom("recover")>;
+using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
+using unslow_atom = caf::atom_constant<caf::atom("unslow")>;
 
-/// One message of a conversation, as the client sent it.
-struct chat_turn {
-  std::string role;
-  std::string content;
-};
+// --- engine -> sink, owner -> sink ---
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
-  return f(caf::meta::type_name("chat_turn"), x.role, x.content);
-}
-
-/// One chat completion on its way front -> admission -> router -> replica -> engine.
-struct chat_job {
-  std::uint64_t id = 0;
-  std::string api_key;          ///< as the client sent it; admission resolves it
-  std::string team;             ///< set by admission
-  std::string model;
-  std::uint8_t priority = 1;    ///< engine::priority
-  std::string conversation_id;
-  std::vector<chat_turn> messages;
-  std::vector<std::int32_t> prompt;  ///< set by admission: the pool's template and tokenizer
-  std::int32_t max_tokens = 0;  ///< 0: the pool's default
-  double temperature = 1.0;
-  std::int32_t top_k = 0;
-  double top_p = 1.0;
-  bool has_seed = false;
-  std::uint64_t seed = 0;
-  std::vector<std::string> stop;
-  caf::actor sink;              ///< receives stream_tokens, then stream_end or stream_error
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, chat_job& x) {
-  return f(caf::meta::type_name("chat_job"), x.id, x.api_key, x.team, x.model, x.priority,
-           x.conversation_id, x.messages, x.prompt, x.max_tokens, x.temperature, x.top_k, x.top_p,
-           x.has_seed, x.seed, x.stop, x.sink);
-}
-
-/// Tokens of one step for one request, in order.
+/// Tokens of one step for one request, in order. The first for a request also carries its
+/// prompt and cached token counts (-1 on later ones).
 struct stream_tokens {
-  std::uint64_t id = 0;
+  request_id id;
   std::string text;
   std::int32_t tokens = 0;
+  std::int32_t prompt_tokens = -1;
+  std::int32_t cached_tokens = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_tokens& x) {
-  return f(caf::meta::type_name("stream_tokens"), x.id, x.text, x.tokens);
+  return f(caf::meta::type_name("stream_tokens"), x.id, x.text, x.tokens, x.prompt_tokens, x.cached_tokens);
 }
 
-/// Terminal event of a request that completed.
+/// Terminal event of a request that completed. Every token was sent before it.
 struct stream_end {
-  std::uint64_t id = 0;
-  std::string text;  ///< tokens of the final step, if any
-  std::int32_t tokens = 0;
+  request_id id;
   std::string finish_reason;
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = 0;
   std::int32_t cached_tokens = 0;
-  std::string team;
   std::string model_version;
   std::string region;
   std::string replica_id;
   double engine_ttft_ms = 0;  ///< arrival at the engine to the first token leaving it
+  std::int32_t attempts = 1;  ///< replicas it was sent to (2 or 3 after retries)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_end& x) {
-  return f(caf::meta::type_name("stream_end"), x.id, x.text, x.tokens, x.finish_reason,
-           x.prompt_tokens, x.completion_tokens, x.cached_tokens, x.team, x.model_version,
-           x.region, x.replica_id, x.engine_ttft_ms);
+  return f(caf::meta::type_name("stream_end"), x.id, x.finish_reason, x.prompt_tokens, x.completion_tokens,
+           x.cached_tokens, x.model_version, x.region, x.replica_id, x.engine_ttft_ms, x.attempts);
 }
 
-/// Terminal event of a request that failed; status is the HTTP status to answer with.
+/// Terminal event of a request that failed.
 struct stream_error {
-  std::uint64_t id = 0;
-  std::int32_t status = 500;
-  std::string type;
+  request_id id;
+  errc code = errc::internal;
   std::string message;
-  std::string param;
-  std::string code;
-  std::string team;
+  std::string param;               ///< the request field at fault, if any
+  std::int32_t retry_after_s = 0;  ///< > 0: when the client may try again
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_error& x) {
-  return f(caf::meta::type_name("stream_error"), x.id, x.status, x.type, x.message, x.param,
-           x.code, x.team);
+  return f(caf::meta::type_name("stream_error"), x.id, x.code, x.message, x.param, x.retry_after_s);
 }
 
-/// A replica's load, sent to its router every second. `forwarded_tokens` is the running sum
-/// of job tokens (prompt + max_tokens) the replica had passed to its engine when it asked for
-/// these figures, so the router can tell which of its jobs they already include.
-struct load_report {
-  std::string replica_id;
-  std::int32_t queue_depth = 0;
-  std::int32_t running = 0;
-  std::int64_t tokens_in_flight = 0;
-  std::int64_t forwarded_tokens = 0;
+// --- engine -> owner, owner -> engine ---
+
+/// The request's first tokens are about to leave for the sink.
+struct first_token {
+  request_id id;
+  std::uint8_t attempt = 0;
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, load_report& x) {
-  return f(caf::meta::type_name("load_report"), x.replica_id, x.queue_depth, x.running,
-           x.tokens_in_flight, x.forwarded_tokens);
+typename Inspector::result_type inspect(Inspector& f, first_token& x) {
+  return f(caf::meta::type_name("first_token"), x.id, x.attempt);
 }
 
-/// Tokens a job adds to a replica's load: prompt plus the output it may produce.
-inline std::int64_t job_tokens(const chat_job& j) {
-  return static_cast<std::int64_t>(j.prompt.size()) + j.max_tokens;
+/// The request ended in the engine (finish cancelled: its client went away).
+struct job_done {
+  request_id id;
+  std::uint8_t attempt = 0;
+  engine::finish_reason finish = engine::finish_reason::none;
+  engine::usage usage;
+  std::string replica_id;
+  double engine_ttft_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_done& x) {
+  return f(caf::meta::type_name("job_done"), x.id, x.attempt, x.finish, x.usage, x.replica_id, x.engine_ttft_ms);
+}
+
+/// The engine could not take or finish the request.
+struct job_failed {
+  request_id id;
+  std::uint8_t attempt = 0;
+  errc code = errc::internal;
+  std::string message;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_failed& x) {
+  return f(caf::meta::type_name("job_failed"), x.id, x.attempt, x.code, x.message);
+}
+
+/// The owner gave up on a request (deadline): the engine drops its sequence.
+struct cancel_job {
+  request_id id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cancel_job& x) {
+  return f(caf::meta::type_name("cancel_job"), x.id);
+}
+
+// --- replicas, heartbeats ---
+
+/// A replica's lifecycle. Only a serving replica takes traffic.
+enum class replica_phase : std::uint8_t { starting, loading, serving, draining, stopped, failed };
+std::string_view to_string(replica_phase p);
+
+/// An engine's figures, as its replica asks for them every second.
+struct engine_load {
+  std::int32_t waiting = 0;
+  std::int32_t running = 0;
+  std::int64_t tokens_in_flight = 0;
+  std::int64_t received_tokens = 0;      ///< running sum of request tokens it was sent
+  std::int64_t prompt_tokens_total = 0;  ///< prompt tokens of the requests it admitted
+  std::int64_t cached_tokens_total = 0;  ///< of those, found in its prefix cache
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_load& x) {
+  return f(caf::meta::type_name("engine_load"), x.waiting, x.running, x.tokens_in_flight, x.received_tokens,
+           x.prompt_tokens_total, x.cached_tokens_total);
+}
+
+/// A replica's heartbeat to its router, every second while it lives (and at once when its
+/// phase or engine changes). `engine` is where the router sends requests while serving.
+struct replica_status {
+  std::string replica_id;
+  replica_phase phase = replica_phase::starting;
+  caf::actor engine;
+  engine_load load;
+  std::uint32_t restarts = 0;  ///< engine restarts so far
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_status& x) {
+  return f(caf::meta::type_name("replica_status"), x.replica_id, x.phase, x.engine, x.load, x.restarts);
+}
+
+// --- chaos ---
+
+enum class chaos_action : std::uint8_t { kill, freeze, slow };
+std::string_view to_string(chaos_action a);
+
+/// Freeze: stop answering for `seconds`; slow: step time x `factor` for `seconds`.
+/// (Kill is an exit message, not this.)
+struct chaos_order {
+  chaos_action action = chaos_action::freeze;
+  double seconds = 5;
+  double factor = 10;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chaos_order& x) {
+  return f(caf::meta::type_name("chaos_order"), x.action, x.seconds, x.factor);
 }
 
 }  // namespace kiln::actors

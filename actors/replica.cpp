@@ -1,38 +1,150 @@
 #include "actors/replica.hpp"
 
-#include <chrono>
+#include <cstdio>
 
 #include <caf/all.hpp>
 
+#include "actors/chaos.hpp"
+
 namespace kiln::actors {
 
-namespace {
-constexpr auto kReportEvery = std::chrono::seconds(1);
+replica_status replica_state::status() const {
+  replica_status s;
+  s.replica_id = d.who.replica_id;
+  s.phase = phase;
+  const bool takes = phase == replica_phase::serving || phase == replica_phase::draining;
+  if (takes && engine_ready) s.engine = engine();
+  s.load = last;
+  s.restarts = static_cast<std::uint32_t>(sup.restarts());
+  return s;
 }
 
-caf::behavior replica(caf::stateful_actor<replica_state>* self, std::string replica_id,
-                      caf::actor engine, caf::actor router) {
-  self->state.replica_id = std::move(replica_id);
-  self->state.engine = engine;
-  self->state.router = router;
-  // The replica lives and dies with its engine (supervision comes with the failover work).
-  self->link_to(engine);
+void replica_state::publish() const {
+  if (!d.gauges) return;
+  d.gauges->set_replica({d.who.replica_id, d.who.model, d.who.version, std::string(to_string(phase)), sup.restarts(), 0});
+}
+
+namespace {
+
+using stateful = caf::stateful_actor<replica_state>;
+
+void report(stateful* self) {
+  auto& st = self->state;
+  st.publish();
+  if (st.router) self->send(st.router, st.status());
+}
+
+void stop_engine(stateful* self) {
+  auto& st = self->state;
+  st.sup.stop(self, "engine");
+  st.engine_ready = false;
+  st.last = {};
+  st.phase = replica_phase::stopped;
+}
+
+// One heartbeat: the engine's figures when it serves, else the phase alone. An engine that
+// does not answer within the period means no beat this time.
+void beat(stateful* self) {
+  auto& st = self->state;
+  const bool takes = st.phase == replica_phase::serving || st.phase == replica_phase::draining;
+  if (!takes || !st.engine_ready) return report(self);
+  const auto engine = st.engine();
+  self->request(engine, st.d.heartbeat * 9 / 10, stats_atom::value)
+      .then(
+          [self, engine](engine_load& l) {
+            auto& st = self->state;
+            if (engine != st.engine()) return;  // answered by an engine since replaced
+            st.last = l;
+            if (st.phase == replica_phase::draining && l.running + l.waiting == 0) stop_engine(self);
+            report(self);
+          },
+          [](caf::error&) {});
+}
+
+void on_chaos(stateful* self, const chaos_order& o) {
+  switch (o.action) {
+    case chaos_action::freeze: freeze(self, o.seconds); break;
+    case chaos_action::slow:
+      if (auto e = self->state.engine()) self->send(e, o);
+      break;
+    case chaos_action::kill: self->quit(caf::exit_reason::kill); break;
+  }
+}
+
+}  // namespace
+
+caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
+  auto& st = self->state;
+  st.d = std::move(deps);
+  st.router = std::move(router);
+  const replica_deps& d = st.d;
+  child_spec engine{"engine",
+                    [d](caf::local_actor* parent) {
+                      return parent->system().spawn(engine_actor, d.who, d.pool, d.gauges, d.loader,
+                                                    caf::actor_cast<caf::actor>(parent));
+                    },
+                    restart_policy::permanent};
+  st.sup = supervisor(st.d.engine_restarts, {engine});
+  if (st.d.gauges) st.d.gauges->count_start(st.d.who.replica_id);
+  st.sup.start_all(self);
+  st.phase = replica_phase::loading;
+  st.publish();
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    const auto out = st.sup.on_down(self, dm.source, dm.reason);
+    if (!out.ours) return;
+    st.engine_ready = false;
+    st.last = {};
+    if (out.escalate) {
+      std::fprintf(stderr, "kiln: replica %s: engine restarts exceeded the intensity; giving up\n",
+                   st.d.who.replica_id.c_str());
+      self->quit(caf::make_error(caf::sec::runtime_error, "engine restart intensity exceeded"));
+      return;
+    }
+    if (st.phase == replica_phase::draining || st.phase == replica_phase::stopped) stop_engine(self);
+    else if (!out.restarted.empty()) st.phase = replica_phase::loading;
+    report(self);
+  });
   self->send(self, tick_atom::value);
   return {
-      [self](chat_job& job) {
-        self->state.forwarded_tokens += job_tokens(job);
-        self->send(self->state.engine, std::move(job));
-      },
       [self](tick_atom) {
-        // The engine answers after every job forwarded so far: its figures include them.
-        const std::int64_t forwarded = self->state.forwarded_tokens;
-        self->request(self->state.engine, caf::infinite, stats_atom::value)
-            .then([self, forwarded](std::int32_t waiting, std::int32_t running, std::int64_t in_flight) {
-              self->send(self->state.router,
-                         load_report{self->state.replica_id, waiting, running, in_flight, forwarded});
-            });
-        self->delayed_send(self, kReportEvery, tick_atom::value);
+        self->delayed_send(self, self->state.d.heartbeat, tick_atom::value);
+        beat(self);
       },
+      [self](engine_ready&) {
+        auto& st = self->state;
+        if (self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(st.engine())) return;
+        st.engine_ready = true;
+        if (st.phase == replica_phase::loading) st.phase = replica_phase::serving;
+        report(self);
+      },
+      [self](engine_unloadable& u) {
+        auto& st = self->state;
+        st.sup.stop(self, "engine");
+        st.engine_ready = false;
+        st.phase = replica_phase::failed;
+        st.failure = u.why;
+        report(self);
+      },
+      [self](drain_atom) {
+        auto& st = self->state;
+        if (st.phase == replica_phase::serving) st.phase = replica_phase::draining;
+        else if (st.phase == replica_phase::loading || st.phase == replica_phase::starting) stop_engine(self);
+        report(self);
+        return std::string(to_string(st.phase));
+      },
+      [self](router_is& r) {
+        self->state.router = r.router;
+        report(self);
+      },
+      [self](chaos_order& o) { on_chaos(self, o); },
+      [self](engine_chaos& c) {
+        const auto e = self->state.engine();
+        if (!e) return;
+        if (c.kill) chaos_kill(e);
+        else self->send(e, c.order);
+      },
+      [self](state_atom) { return self->state.status(); },
   };
 }
 

@@ -1,23 +1,68 @@
 #pragma once
-// A replica: fronts one engine actor, forwards jobs to it and reports its queue depth and
-// tokens in flight to the router every second.
+// A replica: one engine under supervision, with a lifecycle
+// `starting -> loading -> serving -> draining -> stopped` (or `failed` when its engine
+// cannot be built). Every heartbeat period it asks its engine for its figures and reports
+// them to its router with its phase: that report is its heartbeat, so a replica or engine
+// that stops answering stops beating. An engine that dies is started again with fresh KV;
+// past the restart intensity the replica itself ends, and its pool's supervisor decides.
+#include <memory>
 #include <string>
 
 #include <caf/stateful_actor.hpp>
 
+#include "actors/engine_actor.hpp"
+#include "actors/gauges.hpp"
+#include "actors/loader.hpp"
 #include "actors/messages.hpp"
+#include "actors/supervisor.hpp"
 
 namespace kiln::actors {
 
-struct replica_state {
-  std::string replica_id;
-  caf::actor engine;
+struct replica_deps {
+  engine_identity who;
+  std::shared_ptr<const pool_runtime> pool;
+  std::shared_ptr<fleet_gauges> gauges;
+  std::shared_ptr<actors::loader> loader;
+  supervisor_flags engine_restarts;
+  caf::timespan heartbeat = std::chrono::seconds(1);
+};
+
+/// Where a replica reports (again after its router was restarted).
+struct router_is {
   caf::actor router;
-  std::int64_t forwarded_tokens = 0;  ///< job tokens passed to the engine so far
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, router_is& x) {
+  return f(caf::meta::type_name("router_is"), x.router);
+}
+
+/// Chaos aimed at a replica's engine rather than at the replica.
+struct engine_chaos {
+  chaos_order order;
+  bool kill = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_chaos& x) {
+  return f(caf::meta::type_name("engine_chaos"), x.order, x.kill);
+}
+
+struct replica_state {
+  replica_deps d;
+  replica_phase phase = replica_phase::starting;
+  caf::actor router;
+  supervisor sup;
+  bool engine_ready = false;  ///< the running engine has loaded
+  engine_load last;
+  std::string failure;
+
+  caf::actor engine() const { return sup.child("engine"); }
+  replica_status status() const;
+  void publish() const;
   static inline const char* name = "kiln.replica";
 };
 
-caf::behavior replica(caf::stateful_actor<replica_state>* self, std::string replica_id,
-                      caf::actor engine, caf::actor router);
+caf::behavior replica(caf::stateful_actor<replica_state>* self, replica_deps deps, caf::actor router);
 
 }  // namespace kiln::actors

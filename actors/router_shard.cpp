@@ -1,9 +1,12 @@
 #include "actors/router_shard.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <caf/all.hpp>
 #include <xxhash.h>
+
+#include "actors/chaos.hpp"
 
 namespace kiln::actors {
 
@@ -11,33 +14,57 @@ namespace {
 
 constexpr double kLoadBound = 1.25;     // seed 000: skip replicas above 1.25x the average
 constexpr std::size_t kKeyTokens = 64;  // prompt tokens that make a key without a conversation id
+constexpr int kMissedBeatsOut = 3;      // seed 000: off the ring after 3 missed heartbeats
+constexpr std::int32_t kRetryAfterS = 1;
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   const std::uint64_t both[2] = {a, b};
   return XXH3_64bits(both, sizeof both);
 }
 
+double ms(caf::timespan d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
 }  // namespace
 
-std::uint64_t affinity_key(const chat_job& job) {
-  const std::uint64_t team = XXH3_64bits(job.team.data(), job.team.size());
-  if (!job.conversation_id.empty())
-    return mix(team, XXH3_64bits(job.conversation_id.data(), job.conversation_id.size()));
-  const std::size_t n = std::min(job.prompt.size(), kKeyTokens);
-  return mix(team, XXH3_64bits(job.prompt.data(), n * sizeof(std::int32_t)));
+std::uint64_t affinity_key(const request& r) {
+  const std::uint64_t team = XXH3_64bits(r.team.data(), r.team.size());
+  if (!r.conversation_id.empty())
+    return mix(team, XXH3_64bits(r.conversation_id.data(), r.conversation_id.size()));
+  const std::size_t n = std::min(r.prompt.size(), kKeyTokens);
+  return mix(team, XXH3_64bits(r.prompt.data(), n * sizeof(std::int32_t)));
 }
 
-int router_shard_state::pick(std::uint64_t key, std::int64_t tokens) const {
-  if (replicas.empty()) return -1;
+int router_shard_state::missed_beats(const entry& e, caf::actor_clock::time_point now) const {
+  if (!e.beat) return 0;
+  const double periods = ms(now - e.last_beat) / ms(cfg.heartbeat);
+  return periods < 1.5 ? 0 : static_cast<int>(std::floor(periods - 0.5));
+}
+
+bool router_shard_state::in_ranking(const entry& e, caf::actor_clock::time_point now) const {
+  return e.phase == replica_phase::serving && e.engine && e.beat && missed_beats(e, now) < kMissedBeatsOut;
+}
+
+int router_shard_state::pick(std::uint64_t key, std::int64_t tokens, caf::actor_clock::time_point now,
+                             const std::vector<std::string>& exclude) const {
+  auto eligible = [&](const entry& e) {
+    return in_ranking(e, now) && std::find(exclude.begin(), exclude.end(), e.replica_id) == exclude.end();
+  };
   std::int64_t total = tokens;
-  for (const auto& e : replicas) total += e.load();
-  const double bound = kLoadBound * static_cast<double>(total) / static_cast<double>(replicas.size());
-  int best = -1, least = 0;
+  std::size_t n = 0;
+  for (const auto& e : replicas) {
+    if (!eligible(e)) continue;
+    total += e.tokens();
+    ++n;
+  }
+  if (n == 0) return -1;
+  const double bound = kLoadBound * static_cast<double>(total) / static_cast<double>(n);
+  int best = -1, least = -1;
   std::uint64_t best_score = 0;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     const auto& e = replicas[i];
-    if (e.load() < replicas[static_cast<std::size_t>(least)].load()) least = static_cast<int>(i);
-    if (static_cast<double>(e.load()) > bound) continue;
+    if (!eligible(e)) continue;
+    if (least < 0 || e.tokens() < replicas[static_cast<std::size_t>(least)].tokens()) least = static_cast<int>(i);
+    if (static_cast<double>(e.tokens()) > bound) continue;
     const std::uint64_t score = mix(key, XXH3_64bits(e.replica_id.data(), e.replica_id.size()));
     if (best < 0 || score > best_score) {
       best = static_cast<int>(i);
@@ -47,39 +74,227 @@ int router_shard_state::pick(std::uint64_t key, std::int64_t tokens) const {
   return best >= 0 ? best : least;
 }
 
-void router_shard_state::on_report(const load_report& r) {
-  for (auto& e : replicas) {
-    if (e.replica_id != r.replica_id) continue;
-    e.reported = r.tokens_in_flight;
-    e.acked = std::max(e.acked, r.forwarded_tokens);
-    e.queue_depth = r.queue_depth;
+router_shard_state::entry* router_shard_state::find_replica(const std::string& id) {
+  for (auto& e : replicas)
+    if (e.replica_id == id) return &e;
+  return nullptr;
+}
+
+bool router_shard_state::on_status(const replica_status& s, caf::actor_clock::time_point now) {
+  entry* e = find_replica(s.replica_id);
+  if (!e) return false;
+  const bool new_engine = s.engine && s.engine != e->engine;
+  if (new_engine) {
+    // A fresh engine: what was sent to the old one is not in its figures.
+    e->sent = 0;
+    e->acked = 0;
+  }
+  if (s.engine) e->engine = s.engine;
+  e->phase = s.phase;
+  e->beat = true;
+  e->last_beat = now;
+  e->load = s.load;
+  e->reported = s.load.tokens_in_flight;
+  e->acked = std::max(e->acked, s.load.received_tokens);
+  e->restarts = s.restarts;
+  return new_engine;
+}
+
+pool_view router_shard_state::view(caf::actor_clock::time_point now) const {
+  pool_view v;
+  v.model = cfg.model;
+  v.version = cfg.version;
+  v.status = "serving";
+  std::int64_t prompt = 0, cached = 0;
+  for (const auto& e : replicas) {
+    replica_view r;
+    r.replica_id = e.replica_id;
+    r.version = cfg.version;
+    r.phase = std::string(to_string(e.phase));
+    r.queue_depth = e.load.waiting;
+    r.tokens_in_flight = e.tokens();
+    r.last_heartbeat_age_ms = e.beat ? ms(now - e.last_beat) : -1;
+    r.missed_heartbeats = missed_beats(e, now);
+    r.in_ranking = in_ranking(e, now);
+    r.restarts = e.restarts;
+    v.replicas.push_back(std::move(r));
+    v.queue_depth += e.load.waiting;
+    v.tokens_in_flight += e.tokens();
+    prompt += e.load.prompt_tokens_total;
+    cached += e.load.cached_tokens_total;
+  }
+  v.prefix_hit_rate = prompt > 0 ? static_cast<double>(cached) / static_cast<double>(prompt) : 0;
+  v.active_requests = static_cast<std::int64_t>(owned.active());
+  v.retried = retried;
+  return v;
+}
+
+void router_shard_state::count(errc code) {
+  if (gauges) gauges->count_outcome(cfg.model, cfg.version, std::string(to_string(code)));
+}
+
+namespace {
+
+using stateful = caf::stateful_actor<router_shard_state>;
+
+// Ends a request at its sink with an error; the owner forgets it.
+void fail(stateful* self, owned_request& o, errc code, std::string message, std::int32_t retry_after_s = 0) {
+  auto& st = self->state;
+  st.count(code);
+  if (o.first_token && st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "failed_mid_stream");
+  self->send(o.req.sink, stream_error{o.req.id, code, std::move(message), "", retry_after_s});
+  st.owned.erase(o.req.id);
+}
+
+void dispatch(stateful* self, owned_request& o, errc why_retry) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  const std::int64_t tokens = request_tokens(o.req);
+  const int i = st.pick(affinity_key(o.req), tokens, now, o.tried);
+  if (i < 0) {
+    if (o.tried.empty())
+      return fail(self, o, errc::unavailable, "No replica of " + st.cfg.model + "@" + st.cfg.version + " is serving.",
+                  kRetryAfterS);
+    return fail(self, o, why_retry, "The request's replica was lost and no other replica could take it.",
+                kRetryAfterS);
+  }
+  auto& e = st.replicas[static_cast<std::size_t>(i)];
+  e.sent += tokens;
+  o.req.attempt = static_cast<std::uint8_t>(o.tried.size());
+  o.req.owner = caf::actor_cast<caf::actor>(self);
+  o.tried.push_back(e.replica_id);
+  o.engine = e.engine;
+  self->send(e.engine, o.req);
+}
+
+// Before the first token, a lost, failed or refusing replica sends the request on.
+void retry_or_fail(stateful* self, owned_request& o, errc code, const std::string& message) {
+  auto& st = self->state;
+  if (o.first_token || !retryable(code)) return fail(self, o, code, message);
+  if (o.tried.size() >= kMaxAttempts)
+    return fail(self, o, code, message + " (tried " + std::to_string(o.tried.size()) + " replicas)", kRetryAfterS);
+  if (!o.retried && !st.owned.retry_allowed())
+    return fail(self, o, errc::retry_budget, "Too many requests are being retried on " + st.cfg.model + "; " + message,
+                kRetryAfterS);
+  if (!o.retried) {  // counted once per request, however many retries it takes
+    ++st.retried;
+    if (st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "retried");
+  }
+  st.owned.begin_retry(o);
+  o.engine = nullptr;
+  dispatch(self, o, code);
+}
+
+void own(stateful* self, request& r) {
+  auto& st = self->state;
+  const request_id id = r.id;
+  owned_request& o = st.owned.add(std::move(r), self->clock().now());
+  self->delayed_send(self, st.cfg.first_token_timeout, deadline{id, true});
+  self->delayed_send(self, st.cfg.request_timeout, deadline{id, false});
+  dispatch(self, o, errc::replica_lost);
+}
+
+void on_done(stateful* self, job_done& d) {
+  auto& st = self->state;
+  owned_request* o = st.owned.find(d.id, d.attempt);
+  if (!o) return;
+  if (d.finish == engine::finish_reason::cancelled) {
+    st.owned.erase(d.id);  // the client went away
+    return;
+  }
+  stream_end end;
+  end.id = d.id;
+  end.finish_reason = std::string(engine::to_string(d.finish));
+  end.prompt_tokens = d.usage.prompt_tokens;
+  end.completion_tokens = d.usage.completion_tokens;
+  end.cached_tokens = d.usage.cached_tokens;
+  end.model_version = st.cfg.version;
+  end.region = st.cfg.region;
+  end.replica_id = std::move(d.replica_id);
+  end.engine_ttft_ms = d.engine_ttft_ms;
+  end.attempts = static_cast<std::int32_t>(o->tried.size());
+  self->send(o->req.sink, std::move(end));
+  if (st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "completed");
+  st.owned.erase(d.id);
+}
+
+void on_deadline(stateful* self, const deadline& d) {
+  auto& st = self->state;
+  owned_request* o = st.owned.find(d.id);
+  if (!o || (d.first_token && o->first_token)) return;
+  if (o->engine) self->send(o->engine, cancel_job{d.id});
+  const auto limit = d.first_token ? st.cfg.first_token_timeout : st.cfg.request_timeout;
+  fail(self, *o, errc::timed_out,
+       std::string(d.first_token ? "No first token within " : "The request did not finish within ") +
+           std::to_string(static_cast<long long>(ms(limit))) + " ms.");
+}
+
+// An engine ended: its requests were lost with it (those it failed itself said so first).
+void on_engine_down(stateful* self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (auto& e : st.replicas)
+    if (e.engine && e.engine.address() == dm.source) e.engine = nullptr;
+  for (const request_id& id : st.owned.on_engine(dm.source)) {
+    if (owned_request* o = st.owned.find(id))
+      retry_or_fail(self, *o, errc::replica_lost, "The replica serving the request was lost.");
   }
 }
 
-caf::behavior router_shard(caf::stateful_actor<router_shard_state>* self, std::string model) {
-  self->state.model = std::move(model);
+// The router is told to stop: its requests end now rather than wait for their clients.
+void end_all(stateful* self, errc code, const std::string& message) {
+  std::vector<request_id> ids;
+  self->state.owned.for_each([&](owned_request& o) { ids.push_back(o.req.id); });
+  for (const auto& id : ids) {
+    owned_request* o = self->state.owned.find(id);
+    if (o->engine) self->send(o->engine, cancel_job{id});
+    fail(self, *o, code, message, kRetryAfterS);
+  }
+}
+
+}  // namespace
+
+caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<fleet_gauges> gauges) {
+  self->state.cfg = std::move(cfg);
+  self->state.gauges = std::move(gauges);
+  self->set_down_handler([self](caf::down_msg& dm) { on_engine_down(self, dm); });
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    end_all(self, errc::unavailable, "The pool of " + self->state.cfg.model + " is stopping.");
+    self->quit(em.reason);
+  });
   return {
       [self](replica_set& set) {
         auto& st = self->state;
         st.replicas.clear();
-        for (std::size_t i = 0; i < set.replicas.size(); ++i)
-          st.replicas.push_back({set.replicas[i], set.ids[i], 0, 0, 0, 0});
-      },
-      [self](chat_job& job) {
-        auto& st = self->state;
-        const std::int64_t tokens = job_tokens(job);
-        const int i = st.pick(affinity_key(job), tokens);
-        if (i < 0) {
-          self->send(job.sink, stream_error{job.id, 503, "server_error",
-                                            "no replica is serving model " + st.model, "",
-                                            "no_replica", job.team});
-          return;
+        for (std::size_t i = 0; i < set.replicas.size(); ++i) {
+          router_shard_state::entry e;
+          e.replica_id = set.ids[i];
+          e.replica = set.replicas[i];
+          st.replicas.push_back(std::move(e));
         }
-        auto& e = st.replicas[static_cast<std::size_t>(i)];
-        e.sent += tokens;
-        self->send(e.replica, std::move(job));
       },
-      [self](load_report& r) { self->state.on_report(r); },
+      [self](replica_up& up) {
+        auto* e = self->state.find_replica(up.replica_id);
+        if (!e) return;
+        *e = {};
+        e->replica_id = up.replica_id;
+        e->replica = up.replica;
+      },
+      [self](replica_status& s) {
+        if (self->state.on_status(s, self->clock().now())) self->monitor(s.engine);
+      },
+      [self](request& r) { own(self, r); },
+      [self](first_token& f) {
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) o->first_token = true;
+      },
+      [self](job_done& d) { on_done(self, d); },
+      [self](job_failed& f) {
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message);
+      },
+      [self](deadline& d) { on_deadline(self, d); },
+      [self](state_atom) { return self->state.view(self->clock().now()); },
+      [self](chaos_order& o) {
+        if (o.action == chaos_action::freeze) freeze(self, o.seconds);
+      },
   };
 }
 

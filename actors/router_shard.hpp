@@ -1,44 +1,82 @@
 #pragma once
-// Router shard for one model. Each request has an affinity key (its conversation id, or else
-// its team and the opening of its prompt); replicas are ranked for that key by rendezvous
-// hashing, so a conversation keeps finding the replica that holds its cached prefix, and
-// adding a replica moves few keys. A replica above 1.25x the pool's average tokens in flight
-// (counting what was sent since its last report) is skipped for the next in rank.
+// Router shard for one model@version, and the owner of every request it routes.
+//
+// Ranking: each request has an affinity key (its conversation id, or its team and the
+// opening of its prompt); serving replicas are ranked for that key by rendezvous hashing, so
+// a conversation keeps finding the replica that holds its cached prefix and adding a replica
+// moves few keys. A replica above 1.25x the average tokens in flight (counting what was sent
+// since its last report) is skipped for the next in rank.
+//
+// Heartbeats: each replica's status every second is its heartbeat. A replica that misses 3
+// leaves the ranking and returns with its next beat; only `serving` replicas rank at all.
+//
+// Ownership: the shard sends each request to an engine and hears its first token, end and
+// failure. Before the first token a lost replica, a failed engine or a refusal sends it to
+// the next replica in rank (at most twice, within a retry budget); after it the client gets
+// one error event. Deadlines (first token, whole request) end requests that take too long.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <caf/stateful_actor.hpp>
 
+#include "actors/gauges.hpp"
 #include "actors/messages.hpp"
+#include "actors/ownership.hpp"
 
 namespace kiln::actors {
 
-struct router_shard_state {
-  struct entry {
-    caf::actor replica;
-    std::string replica_id;
-    std::int64_t reported = 0;        ///< tokens in flight at the last report
-    std::int64_t sent = 0;            ///< job tokens sent to this replica, all told
-    std::int64_t acked = 0;           ///< of those, what the last report already included
-    std::int32_t queue_depth = 0;
-    std::int64_t load() const { return reported + (sent - acked); }
-  };
+struct router_settings {
   std::string model;
-  std::vector<entry> replicas;
-
-  /// Index of the replica for `key` carrying `tokens` more; -1 when there is none.
-  int pick(std::uint64_t key, std::int64_t tokens) const;
-  void on_report(const load_report& r);
-  static inline const char* name = "kiln.router";
+  std::string version;
+  std::string region;
+  caf::timespan heartbeat = std::chrono::seconds(1);
+  caf::timespan first_token_timeout = std::chrono::seconds(60);
+  caf::timespan request_timeout = std::chrono::seconds(600);
 };
 
-/// The affinity key of a job: conversation id if given, else team + first prompt tokens.
-std::uint64_t affinity_key(const chat_job& job);
+/// One replica as its router sees it (the seed's pool state row).
+struct replica_view {
+  std::string replica_id;
+  std::string version;
+  std::string phase;
+  std::int32_t queue_depth = 0;
+  std::int64_t tokens_in_flight = 0;
+  double last_heartbeat_age_ms = -1;  ///< -1: never beat
+  std::int32_t missed_heartbeats = 0;
+  bool in_ranking = false;
+  std::uint32_t restarts = 0;
+};
 
-caf::behavior router_shard(caf::stateful_actor<router_shard_state>* self, std::string model);
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_view& x) {
+  return f(caf::meta::type_name("replica_view"), x.replica_id, x.version, x.phase, x.queue_depth, x.tokens_in_flight,
+           x.last_heartbeat_age_ms, x.missed_heartbeats, x.in_ranking, x.restarts);
+}
 
-/// Tells a router which replicas serve its model (sent once at wiring time).
+/// A pool (model@version) as its router and supervisor see it.
+struct pool_view {
+  std::string model;
+  std::string version;
+  std::string status;  ///< loading | serving | degraded | failed
+  std::vector<replica_view> replicas;
+  std::int32_t queue_depth = 0;
+  std::int64_t tokens_in_flight = 0;
+  double prefix_hit_rate = 0;
+  std::int64_t active_requests = 0;
+  std::uint64_t retried = 0;
+  std::uint64_t restarts = 0;  ///< by the pool's supervisor
+  std::int32_t retry_after_s = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_view& x) {
+  return f(caf::meta::type_name("pool_view"), x.model, x.version, x.status, x.replicas, x.queue_depth,
+           x.tokens_in_flight, x.prefix_hit_rate, x.active_requests, x.retried, x.restarts, x.retry_after_s);
+}
+
+/// The replicas a router routes to (from its pool's supervisor, at start and after restarts).
 struct replica_set {
   std::vector<caf::actor> replicas;
   std::vector<std::string> ids;
@@ -48,5 +86,71 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_set& x) {
   return f(caf::meta::type_name("replica_set"), x.replicas, x.ids);
 }
+
+/// A replica was started again (it reports its engine when it has one).
+struct replica_up {
+  std::string replica_id;
+  caf::actor replica;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_up& x) {
+  return f(caf::meta::type_name("replica_up"), x.replica_id, x.replica);
+}
+
+/// A request's deadline came: for its first token, or for its end.
+struct deadline {
+  request_id id;
+  bool first_token = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, deadline& x) {
+  return f(caf::meta::type_name("deadline"), x.id, x.first_token);
+}
+
+struct router_shard_state {
+  struct entry {
+    std::string replica_id;
+    caf::actor replica;
+    caf::actor engine;                ///< where requests go while it serves
+    replica_phase phase = replica_phase::starting;
+    bool beat = false;                ///< has it ever reported
+    caf::actor_clock::time_point last_beat;
+    std::int64_t reported = 0;        ///< tokens in flight at the last report
+    std::int64_t sent = 0;            ///< request tokens sent to this engine, all told
+    std::int64_t acked = 0;           ///< of those, what the last report already included
+    engine_load load;
+    std::uint32_t restarts = 0;
+    std::int64_t tokens() const { return reported + (sent - acked); }
+  };
+
+  router_settings cfg;
+  std::vector<entry> replicas;
+  ownership owned;
+  std::uint64_t retried = 0;
+  std::shared_ptr<fleet_gauges> gauges;
+
+  /// Heartbeats missed by now: one is missed when half a period has passed beyond when it
+  /// was due.
+  int missed_beats(const entry& e, caf::actor_clock::time_point now) const;
+  bool in_ranking(const entry& e, caf::actor_clock::time_point now) const;
+  /// Index of the replica for `key` carrying `tokens` more, among ranked replicas not in
+  /// `exclude`; -1 when there is none.
+  int pick(std::uint64_t key, std::int64_t tokens, caf::actor_clock::time_point now,
+           const std::vector<std::string>& exclude = {}) const;
+  entry* find_replica(const std::string& id);
+  /// Applies a heartbeat; returns whether it names an engine this router had not seen.
+  bool on_status(const replica_status& s, caf::actor_clock::time_point now);
+  pool_view view(caf::actor_clock::time_point now) const;
+  void count(errc code);
+  static inline const char* name = "kiln.router";
+};
+
+/// The affinity key of a request: conversation id if given, else team + first prompt tokens.
+std::uint64_t affinity_key(const request& r);
+
+caf::behavior router_shard(caf::stateful_actor<router_shard_state>* self, router_settings cfg,
+                           std::shared_ptr<fleet_gauges> gauges);
 
 }  // namespace kiln::actors

@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/node_supervisor.hpp"
+
 namespace kiln::actors {
 
 namespace {
@@ -24,8 +26,11 @@ void stop_sink(const caf::actor& sink) {
   if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
 }
 
-void submit(const caf::actor& admission, chat_job job) {
-  caf::anon_send(admission, std::move(job));
+bool submit(caf::actor_system& sys, request r) {
+  auto admission = caf::actor_cast<caf::actor>(sys.registry().get(admission_name));
+  if (!admission) return false;
+  caf::anon_send(admission, std::move(r));
+  return true;
 }
 
 }  // namespace kiln::actors

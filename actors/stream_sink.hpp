@@ -21,7 +21,8 @@ class stream_target {
 /// its requests that the client is gone.
 caf::actor spawn_stream_sink(caf::actor_system& sys, std::shared_ptr<stream_target> target);
 void stop_sink(const caf::actor& sink);
-/// Hands a job to the admission actor from outside any actor.
-void submit(const caf::actor& admission, chat_job job);
+/// Hands a request to the node's admission actor from outside any actor; false when there
+/// is none (the node is stopping).
+bool submit(caf::actor_system& sys, request r);
 
 }  // namespace kiln::actors

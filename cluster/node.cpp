@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -12,27 +14,72 @@
 #include <boost/asio/signal_set.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
 
-#include "actors/region.hpp"
+#include "actors/loader.hpp"
+#include "actors/node_supervisor.hpp"
 #include "net/http_server.hpp"
 
 namespace kiln::cluster {
 
 namespace {
 
-void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port) {
+std::string executor_name(const config::pool_config& p) {
+  switch (p.executor) {
+    case config::executor_kind::sim: return "sim executor";
+    case config::executor_kind::cpu: return "cpu executor, " + p.resolved_model_dir();
+    case config::executor_kind::cuda: return "cuda executor, " + p.resolved_model_dir();
+  }
+  return "";
+}
+
+void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port, const std::string& admin_key) {
   const std::string url = "http://" + cfg.server.host + ":" + std::to_string(port);
   out << "kiln serving on " << url << " (region " << cfg.region << ")\n";
   for (const auto& p : cfg.pools)
-    out << "  model " << p.model << " version " << p.version << ": " << p.replicas << " replicas ("
-        << (p.executor == config::executor_kind::cpu ? "cpu executor, " + p.resolved_model_dir() : std::string("sim executor"))
-        << ")\n";
+    out << "  model " << p.model << " version " << p.version << (cfg.live_version(p.model) == p.version ? " (live)" : "")
+        << ": " << p.replicas << " replicas (" << executor_name(p) << ")\n";
   for (const auto& t : cfg.teams) out << "  team " << t.name << " key " << t.api_key << "\n";
+  out << "  admin key " << admin_key << "\n";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
       << cfg.teams.front().api_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
       << cfg.pools.front().model
       << "\",\"stream\":true,\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n";
   out.flush();
+}
+
+// Blocks the calling (main) thread, never an actor's, until every pool has loaded its
+// replicas or failed; false when `stop` was set first.
+bool wait_until_ready(caf::actor_system& sys, const caf::actor& node, const config::kiln_config& cfg,
+                      const std::atomic<bool>& stop) {
+  caf::scoped_actor self{sys};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next_note = t0 + std::chrono::seconds(5);
+  while (!stop) {
+    bool ready = true;
+    std::string waiting;
+    for (const auto& m : cfg.models) {
+      self->request(node, std::chrono::seconds(2), actors::pool_state_request{m.name})
+          .receive(
+              [&](std::vector<actors::pool_view>& views) {
+                for (const auto& v : views) {
+                  bool loaded = v.status != "loading";
+                  for (const auto& r : v.replicas)
+                    loaded = loaded && (v.status != "serving" || (r.phase != "starting" && r.phase != "loading"));
+                  if (!loaded) waiting += " " + v.model + "@" + v.version;
+                  ready = ready && loaded;
+                }
+              },
+              [&](caf::error&) { ready = false; });
+    }
+    if (ready) return true;
+    if (std::chrono::steady_clock::now() >= next_note) {
+      std::fprintf(stderr, "kiln: still loading:%s\n", waiting.c_str());
+      next_note += std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace
@@ -51,16 +98,22 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.actor_threads));
   caf_cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{caf_cfg};
+  // Model reads, weight uploads and KV allocation run here, never on the actor threads (and
+  // end before the actor system does).
+  auto loader = actors::make_thread_loader(2);
 
-  auto gauges = std::make_shared<actors::engine_gauges>();
-  const actors::region_handles region = actors::spawn_region(sys, cfg, gauges);
+  auto gauges = std::make_shared<actors::fleet_gauges>();
+  auto ids = std::make_shared<actors::request_ids>();
+  actors::node_deps nd{cfg, gauges, loader, ids->origin()};
+  const caf::actor node = actors::spawn_node(sys, nd);
 
   net::server_deps deps;
   deps.cfg = cfg;
   deps.sys = &sys;
-  deps.admission = region.admission;
   deps.metrics = std::make_shared<net::front_metrics>();
   deps.gauges = gauges;
+  deps.ids = ids;
+  deps.admin_key = cfg->admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg->admin_key;
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   };
@@ -68,25 +121,31 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   auto bound = server.start(opts.port_override);
   if (auto* err = std::get_if<std::string>(&bound)) {
     std::cerr << "kiln: " << *err << "\n";
-    actors::stop_region(region);
+    actors::stop_node(node);
+    sys.await_all_actors_done();
     return 1;
   }
-  print_banner(out, *cfg, std::get<std::uint16_t>(bound));
-  for (const auto& f : region.pool_failures) std::cerr << "kiln: pool unavailable: " << f << "\n";
 
+  std::atomic<bool> stopping{false};
   boost::asio::signal_set signals(ioc, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
+    stopping = true;
     std::fprintf(stderr, "kiln: signal %d: draining (grace %d ms)\n", sig, cfg->server.shutdown_grace_ms);
     server.drain([&ioc] { ioc.stop(); });
   });
 
+  // The front answers while the pools load (/healthz: loading; chat: 503 with Retry-After);
+  // the banner comes once they serve.
   std::vector<std::thread> io_threads;
-  for (int i = 1; i < cfg->server.io_threads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
-  ioc.run();
+  for (int i = 0; i < cfg->server.io_threads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
+  if (wait_until_ready(sys, node, *cfg, stopping)) {
+    server.set_ready();
+    print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key);
+  }
   for (auto& t : io_threads) t.join();
 
-  actors::stop_region(region);
+  actors::stop_node(node);
   sys.await_all_actors_done();
   std::fprintf(stderr, "kiln: stopped\n");
   return 0;

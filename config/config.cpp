@@ -1,5 +1,6 @@
 #include "config/config.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -47,7 +48,7 @@ class reader {
     if constexpr (std::is_integral_v<T>) {
       if (n->is_floating_point()) fail(key, "must be an integer");
     }
-    if (*v < lo || *v > hi) {
+    if (!(*v >= lo && *v <= hi)) {  // NaN and infinities fail too
       std::ostringstream m;
       m << "must be between " << lo << " and " << hi << " (got " << *v << ")";
       fail(key, m.str());
@@ -103,6 +104,8 @@ server_config read_server(const toml::table& t) {
   r.number("shutdown_grace_ms", s.shutdown_grace_ms, 0, 3.6e6);
   r.number("io_threads", s.io_threads, 1, 64);
   r.number("actor_threads", s.actor_threads, 1, 64);
+  r.number("write_timeout_ms", s.write_timeout_ms, 1, 3.6e6);
+  r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
   r.no_unknown_keys();
   return s;
 }
@@ -167,6 +170,11 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("kv_blocks", p.kv_blocks, 0, 1e9);
   r.number("default_max_tokens", p.default_max_tokens, 1, 1e7);
   r.number("max_context", p.max_context, 1, 1e8);
+  r.number("heartbeat_ms", p.heartbeat_ms, 10, 60000);
+  r.number("first_token_timeout_ms", p.first_token_timeout_ms, 1, 8.64e7);
+  r.number("request_timeout_ms", p.request_timeout_ms, 1, 8.64e7);
+  r.number("restart_intensity", p.restart_intensity, 0, 1e6);
+  r.number("restart_period_ms", p.restart_period_ms, 1, 8.64e7);
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
   if (const auto* s = r.table("sim_text")) {
@@ -190,36 +198,68 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   return p;
 }
 
+/// Calls `fn(table, "key[i]", i)` for each table of the array `key` ([[key]]).
+template <class F>
+void each_table(reader& r, std::string_view key, F fn) {
+  const auto* arr = r.array(key);
+  if (!arr) return;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const std::string path = std::string(key) + "[" + std::to_string(i) + "]";
+    const auto* t = (*arr)[i].as_table();
+    if (!t) throw bad_config(path + " must be a table");
+    fn(*t, path, i);
+  }
+}
+
 kiln_config read_root(const toml::table& root) {
   kiln_config c;
   reader r(root, "");
   r.text("region", c.region);
+  r.text("admin_key", c.admin_key);
   if (const auto* s = r.table("server")) c.server = read_server(*s);
-  if (const auto* teams = r.array("teams")) {
-    for (std::size_t i = 0; i < teams->size(); ++i) {
-      const auto* t = (*teams)[i].as_table();
-      const std::string path = "teams[" + std::to_string(i) + "]";
-      if (!t) throw bad_config(path + " must be a table");
-      team_config team;
-      reader tr(*t, path);
-      tr.text("name", team.name, true);
-      tr.text("api_key", team.api_key, true);
-      tr.no_unknown_keys();
-      if (team.api_key.empty()) tr.fail("api_key", "must not be empty");
-      if (c.team_by_key(team.api_key)) tr.fail("api_key", "is used by another team");
-      c.teams.push_back(team);
-    }
-  }
-  if (const auto* pools = r.array("pools")) {
-    for (std::size_t i = 0; i < pools->size(); ++i) {
-      const auto* t = (*pools)[i].as_table();
-      if (!t) throw bad_config("pools[" + std::to_string(i) + "] must be a table");
-      pool_config p = read_pool(*t, i);
-      if (c.pool_for(p.model)) throw bad_config("pools[" + std::to_string(i) + "].model \"" + p.model + "\" is defined twice");
-      c.pools.push_back(std::move(p));
-    }
+  each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
+    team_config team;
+    reader tr(t, path);
+    tr.text("name", team.name, true);
+    tr.text("api_key", team.api_key, true);
+    tr.no_unknown_keys();
+    if (team.api_key.empty()) tr.fail("api_key", "must not be empty");
+    if (c.team_by_key(team.api_key)) tr.fail("api_key", "is used by another team");
+    c.teams.push_back(team);
+  });
+  each_table(r, "pools", [&](const toml::table& t, const std::string& path, std::size_t i) {
+    pool_config p = read_pool(t, i);
+    if (p.model.find('@') != std::string::npos || p.version.find('@') != std::string::npos)
+      throw bad_config(path + ": model and version must not contain '@'");
+    if (c.pool_for(p.model, p.version)) throw bad_config(path + ": " + p.model + "@" + p.version + " is defined twice");
+    c.pools.push_back(std::move(p));
+  });
+  each_table(r, "models", [&](const toml::table& t, const std::string& path, std::size_t) {
+    model_config m;
+    reader mr(t, path);
+    mr.text("name", m.name, true);
+    mr.text("live_version", m.live_version, true);
+    mr.no_unknown_keys();
+    if (!c.pool_for(m.name, m.live_version))
+      mr.fail("live_version", "\"" + m.live_version + "\" of model \"" + m.name + "\" has no [[pools]] entry");
+    for (const auto& other : c.models)
+      if (other.name == m.name) mr.fail("name", "\"" + m.name + "\" is listed twice");
+    c.models.push_back(std::move(m));
+  });
+  // A model with one version needs no [[models]] entry; with several it must name the live one.
+  for (const auto& p : c.pools) {
+    bool listed = false;
+    int versions = 0;
+    for (const auto& m : c.models) listed = listed || m.name == p.model;
+    for (const auto& q : c.pools) versions += q.model == p.model;
+    if (listed) continue;
+    if (versions > 1)
+      throw bad_config("models: \"" + p.model + "\" has several versions; add [[models]] name = \"" + p.model +
+                       "\" with its live_version");
+    c.models.push_back({p.model, p.version});
   }
   r.no_unknown_keys();
+  if (!c.admin_key.empty() && c.team_by_key(c.admin_key)) throw bad_config("admin_key is also a team's api_key");
   if (c.region.empty()) throw bad_config("region must not be empty");
   if (c.pools.empty()) throw bad_config("pools: at least one [[pools]] entry is required");
   if (c.teams.empty()) throw bad_config("teams: at least one [[teams]] entry is required");
@@ -247,10 +287,22 @@ std::string pool_config::resolved_model_dir() const {
   return std::string(home && *home ? home : "/tmp") + model_dir.substr(1);
 }
 
-const pool_config* kiln_config::pool_for(std::string_view model) const {
+const pool_config* kiln_config::pool_for(std::string_view model, std::string_view version) const {
   for (const auto& p : pools)
-    if (p.model == model) return &p;
+    if (p.model == model && p.version == version) return &p;
   return nullptr;
+}
+
+std::string kiln_config::live_version(std::string_view model) const {
+  for (const auto& m : models)
+    if (m.name == model) return m.live_version;
+  return {};
+}
+
+int kiln_config::longest_request_ms() const {
+  int longest = 0;
+  for (const auto& p : pools) longest = std::max(longest, p.request_timeout_ms);
+  return longest;
 }
 
 std::variant<kiln_config, config_error> parse_config(std::string_view toml_text, std::string_view origin) {

@@ -21,6 +21,8 @@ struct server_config {
   int shutdown_grace_ms = 5000;     ///< streams still open this long after SIGTERM get an error
   int io_threads = 1;
   int actor_threads = 2;
+  int write_timeout_ms = 30000;     ///< a write the client does not take within this ends its stream
+  std::size_t max_buffered_bytes = 4 << 20;  ///< per connection: a client further behind is dropped
 };
 
 struct team_config {
@@ -46,6 +48,11 @@ struct pool_config {
   int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights
   int default_max_tokens = 1024;  ///< when a request names no max_tokens
   int max_context = 32768;        ///< prompt + max_tokens must fit
+  int heartbeat_ms = 1000;              ///< replicas report this often; 3 missed: off the ranking
+  int first_token_timeout_ms = 60000;   ///< a request with no first token by then ends (504)
+  int request_timeout_ms = 600000;      ///< a request not finished by then ends
+  int restart_intensity = 5;            ///< restarts allowed within restart_period_ms ...
+  int restart_period_ms = 60000;        ///< ... past which a replica gives up (its pool degrades)
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;
@@ -57,15 +64,27 @@ struct pool_config {
   std::string resolved_model_dir() const;
 };
 
+/// A model's alias: `"model":"chat-7b"` means its live version.
+struct model_config {
+  std::string name;
+  std::string live_version;
+};
+
 struct kiln_config {
   std::string region = "local";
+  std::string admin_key;  ///< for /admin routes; empty: a random one is drawn at start
   server_config server;
   std::vector<team_config> teams;
-  std::vector<pool_config> pools;
+  std::vector<model_config> models;  ///< every model served, with its live version
+  std::vector<pool_config> pools;    ///< one per model@version
   std::string source;  ///< the TOML text this was parsed from
 
   const team_config* team_by_key(std::string_view key) const;
-  const pool_config* pool_for(std::string_view model) const;
+  const pool_config* pool_for(std::string_view model, std::string_view version) const;
+  /// The version "model" resolves to; empty for an unknown model.
+  std::string live_version(std::string_view model) const;
+  /// The longest a request may take in any pool (the front's last-resort deadline).
+  int longest_request_ms() const;
 };
 
 /// One clear line saying what is wrong and where.

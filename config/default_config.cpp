@@ -5,6 +5,7 @@ namespace kiln::config {
 std::string_view embedded_default_config() {
   static constexpr std::string_view text = R"toml(# kiln embedded default: one node, one region, every role.
 region = "local"
+admin_key = "kiln-admin-local"  # for /admin routes (pool state, drain, chaos)
 
 [server]
 host = "127.0.0.1"
@@ -15,6 +16,8 @@ request_timeout_ms = 10000    # a request must arrive whole within this time
 shutdown_grace_ms = 5000      # after SIGTERM, open streams get this long to finish
 io_threads = 1
 actor_threads = 2
+write_timeout_ms = 30000      # a client that takes no bytes this long loses its stream
+max_buffered_bytes = 4194304  # per connection: a client this far behind is dropped
 
 [[teams]]
 name = "search"
@@ -36,6 +39,11 @@ kv_blocks = 0                 # 0: as many as fit beside the weights (see [pools
 kv_reserve_blocks = 16        # free blocks that must remain when a request is admitted
 default_max_tokens = 1024
 max_context = 32768
+heartbeat_ms = 1000           # replicas beat this often; 3 missed and they leave the ranking
+first_token_timeout_ms = 60000
+request_timeout_ms = 600000
+restart_intensity = 5         # engine/replica restarts allowed per restart_period_ms; past it
+restart_period_ms = 60000     # the pool is degraded (503, Retry-After) for one period
 
 # Shape of a 7B GQA decoder (32 layers, 8 KV heads) in FP16: 131,072 KV bytes per token.
 [pools.shape]

@@ -30,6 +30,7 @@ bool engine_core::add(engine_request req) {
     s.rng_seed = mix64(*req.sampling.seed) ^ prompt_hash;
   else
     s.rng_seed = mix64(salt_ ^ mix64(++unseeded_)) ^ prompt_hash;
+  s.answer_seed = req.sampling.seed ? mix64(*req.sampling.seed) ^ prompt_hash : prompt_hash;
   s.req = std::move(req);
   seqs_[s.req.id] = std::move(s);
   return true;
@@ -139,7 +140,7 @@ bool engine_core::prepare(step_result& result) {
     if (!item.samples) continue;
     const sequence& s = seqs_.at(item.id);
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
-                      s.req.sampling.top_p});
+                      s.req.sampling.top_p, s.answer_seed});
   }
   return !plan_.empty();
 }

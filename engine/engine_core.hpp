@@ -80,6 +80,7 @@ class engine_core {
   struct sequence {
     engine_request req;
     std::uint64_t rng_seed = 0;
+    std::uint64_t answer_seed = 0;  ///< what a modelled answer depends on: prompt and seed
     std::string text;        ///< all decoded text
     std::size_t emitted = 0; ///< bytes of text already returned
     int generated = 0;

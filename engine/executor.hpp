@@ -19,6 +19,7 @@ struct sample_slot {
   double temperature = 1.0;
   int top_k = 0;               ///< 0: off
   double top_p = 1.0;
+  std::uint64_t answer_seed = 0;  ///< of the prompt and the request seed only (never the replica)
 };
 
 struct step_execution {

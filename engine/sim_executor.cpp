@@ -30,12 +30,12 @@ step_execution sim_executor::run(const step_plan& plan, const scheduler&, std::s
   out.tokens.reserve(slots.size());
   const auto span = static_cast<std::uint64_t>(text_.max_output_tokens - text_.min_output_tokens + 1);
   for (const sample_slot& slot : slots) {
-    const int natural_len = text_.min_output_tokens + static_cast<int>(mix64(slot.rng_seed) % span);
+    const int natural_len = text_.min_output_tokens + static_cast<int>(mix64(slot.answer_seed) % span);
     if (slot.position >= natural_len) {
       out.tokens.push_back(eos_);
       continue;
     }
-    const std::uint64_t r = mix64(slot.rng_seed ^ mix64(static_cast<std::uint64_t>(slot.position) + 1));
+    const std::uint64_t r = mix64(slot.answer_seed ^ mix64(static_cast<std::uint64_t>(slot.position) + 1));
     // Any vocabulary token but eos (ids 1 .. vocab-1).
     out.tokens.push_back(1 + static_cast<token_id>(r % static_cast<std::uint64_t>(vocab_size_ - 1)));
   }

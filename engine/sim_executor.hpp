@@ -1,6 +1,7 @@
 #pragma once
 // Sim executor: no math. Step latency from the roofline cost model; token ids from a
-// deterministic generator seeded per sequence, ending with eos at a seeded length.
+// deterministic generator of the prompt and the request's seed (never of the replica or the
+// request id, so a retried request gets the same answer), ending with eos at a seeded length.
 #include "engine/cost_model.hpp"
 #include "engine/executor.hpp"
 

@@ -1,45 +1,50 @@
 #include "net/http_server.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <unordered_set>
 
 #include <utility>
 #include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
-#include "net/session.hpp"
+#include "net/connection.hpp"
 
 namespace kiln::net {
 
-struct http_server::impl : std::enable_shared_from_this<impl>, session_host {
+namespace {
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);  // out of descriptors: wait, then try again
+}
+
+struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
   impl(boost::asio::io_context& ioc, server_deps d)
-      : ioc_(ioc), deps_(std::move(d)), acceptor_(boost::asio::make_strand(ioc)),
-        grace_timer_(ioc) {}
-
-  const server_deps& deps() const override { return deps_; }
-  bool draining() const override { return draining_.load(); }
-  std::uint64_t next_request_id() override { return ++request_ids_; }
-
-  void add(const std::shared_ptr<session>& s) override {
-    std::lock_guard lock(mu_);
-    sessions_.insert(s);
+      : ioc_(ioc), acceptor_(boost::asio::make_strand(ioc)), backoff_(acceptor_.get_executor()), grace_timer_(ioc) {
+    front_.deps = std::move(d);
+    add_openai_routes(front_);
+    add_admin_routes(front_);
+    add_ops_routes(front_);
   }
 
-  void remove(const std::shared_ptr<session>& s) override {
+  front& shared() override { return front_; }
+
+  void add(const std::shared_ptr<connection>& c) override {
+    std::lock_guard lock(mu_);
+    connections_.insert(c);
+  }
+
+  void remove(const std::shared_ptr<connection>& c) override {
     std::function<void()> done;
     {
       std::lock_guard lock(mu_);
-      sessions_.erase(s);
-      if (draining_ && sessions_.empty() && on_drained_) done = std::exchange(on_drained_, nullptr);
+      connections_.erase(c);
+      if (front_.draining && connections_.empty() && on_drained_) done = std::exchange(on_drained_, nullptr);
     }
     if (done) boost::asio::post(ioc_, done);
   }
 
   std::variant<std::uint16_t, std::string> start(int port_override) {
     namespace net = boost::asio;
-    const auto& sc = deps_.cfg->server;
+    const auto& sc = front_.deps.cfg->server;
     const int port = port_override >= 0 ? port_override : sc.port;
     boost::system::error_code ec;
     const auto addr = net::ip::make_address(sc.host, ec);
@@ -56,49 +61,63 @@ struct http_server::impl : std::enable_shared_from_this<impl>, session_host {
   }
 
   void accept() {
-    acceptor_.async_accept(boost::asio::make_strand(ioc_),
-                           [self = shared_from_this()](boost::system::error_code ec,
-                                                       boost::asio::ip::tcp::socket socket) {
-                             if (!self->acceptor_.is_open()) return;
-                             if (!ec) make_session(std::move(socket), self)->start();
-                             self->accept();
-                           });
+    acceptor_.async_accept(boost::asio::make_strand(ioc_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                                        boost::asio::ip::tcp::socket socket) {
+      if (!self->acceptor_.is_open() || ec == boost::asio::error::operation_aborted) return;
+      if (!ec) {
+        self->accept_failing_ = false;
+        make_connection(std::move(socket), self)->start();
+        return self->accept();
+      }
+      // Out of descriptors (or another transient failure): the pending connection stays in
+      // the backlog; try again shortly instead of spinning a core.
+      if (!self->accept_failing_) std::fprintf(stderr, "kiln: accept failed: %s; backing off\n", ec.message().c_str());
+      self->accept_failing_ = true;
+      self->backoff_.expires_after(kAcceptBackoff);
+      self->backoff_.async_wait([self](boost::system::error_code ec) {
+        if (!ec) self->accept();
+      });
+    });
   }
 
   void drain(std::function<void()> on_drained) {
-    std::vector<std::shared_ptr<session>> open;
+    std::vector<std::shared_ptr<connection>> open;
     {
       std::lock_guard lock(mu_);
-      if (draining_.exchange(true)) return;
+      if (front_.draining.exchange(true)) return;
       on_drained_ = std::move(on_drained);
-      open.assign(sessions_.begin(), sessions_.end());
+      open.assign(connections_.begin(), connections_.end());
     }
-    boost::asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
-      boost::system::error_code ignored;
-      self->acceptor_.close(ignored);
-    });
-    for (auto& s : open) s->drain();
-    grace_timer_.expires_after(std::chrono::milliseconds(deps_.cfg->server.shutdown_grace_ms));
+    for (auto& c : open) c->drain();
+    grace_timer_.expires_after(std::chrono::milliseconds(front_.deps.cfg->server.shutdown_grace_ms));
     grace_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec) return;
-      std::vector<std::shared_ptr<session>> left;
+      std::vector<std::shared_ptr<connection>> left;
       {
         std::lock_guard lock(self->mu_);
-        left.assign(self->sessions_.begin(), self->sessions_.end());
+        left.assign(self->connections_.begin(), self->connections_.end());
       }
-      for (auto& s : left) s->force_end();
+      for (auto& c : left) c->force_end();
     });
     remove(nullptr);  // fires on_drained at once when nothing is open
   }
 
+  void stop_accepting() {
+    boost::asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      boost::system::error_code ignored;
+      self->acceptor_.close(ignored);
+      self->backoff_.cancel();
+    });
+  }
+
   boost::asio::io_context& ioc_;
-  server_deps deps_;
+  front front_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer backoff_;
   boost::asio::steady_timer grace_timer_;
-  std::atomic<bool> draining_{false};
-  std::atomic<std::uint64_t> request_ids_{0};
+  bool accept_failing_ = false;
   std::mutex mu_;
-  std::unordered_set<std::shared_ptr<session>> sessions_;
+  std::unordered_set<std::shared_ptr<connection>> connections_;
   std::function<void()> on_drained_;
 };
 
@@ -111,6 +130,14 @@ std::variant<std::uint16_t, std::string> http_server::start(int port_override) {
   return impl_->start(port_override);
 }
 
-void http_server::drain(std::function<void()> on_drained) { impl_->drain(std::move(on_drained)); }
+void http_server::set_ready() { impl_->front_.ready = true; }
+
+void http_server::drain(std::function<void()> on_drained) {
+  // Keep accepting while draining, so that /healthz can say so; stop when drained.
+  impl_->drain([impl = impl_, on_drained = std::move(on_drained)] {
+    impl->stop_accepting();
+    if (on_drained) on_drained();
+  });
+}
 
 }  // namespace kiln::net

@@ -10,7 +10,8 @@
 
 #include <caf/actor.hpp>
 
-#include "actors/engine_gauges.hpp"
+#include "actors/gauges.hpp"
+#include "actors/request.hpp"
 #include "config/config.hpp"
 #include "net/metrics.hpp"
 
@@ -21,10 +22,11 @@ namespace kiln::net {
 
 struct server_deps {
   std::shared_ptr<const config::kiln_config> cfg;
-  caf::actor_system* sys = nullptr;
-  caf::actor admission;
+  caf::actor_system* sys = nullptr;  ///< admission and the node supervisor are found in its registry
   std::shared_ptr<front_metrics> metrics;
-  std::shared_ptr<actors::engine_gauges> gauges;
+  std::shared_ptr<actors::fleet_gauges> gauges;
+  std::shared_ptr<actors::request_ids> ids;
+  std::string admin_key;
   std::function<void(const std::string&)> access_log;  ///< one line per request
 };
 
@@ -34,9 +36,12 @@ class http_server {
   ~http_server();
   /// Binds host:port from config (port_override >= 0 replaces it); the bound port, or why not.
   std::variant<std::uint16_t, std::string> start(int port_override = -1);
-  /// Stops accepting; idle connections close, open requests finish. After the configured
-  /// grace, streams still open end with an error event. on_drained runs once all are closed.
+  /// Drains: idle connections close, open requests finish, new ones get 503 (and /healthz
+  /// says draining). After the configured grace, streams still open end with an error
+  /// event. on_drained runs once all are closed.
   void drain(std::function<void()> on_drained);
+  /// Every pool has loaded: /healthz says ok from now on.
+  void set_ready();
 
   struct impl;
 

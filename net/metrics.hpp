@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-#include "actors/engine_gauges.hpp"
+#include "actors/gauges.hpp"
 
 namespace kiln::net {
 
@@ -31,6 +31,6 @@ class front_metrics {
 };
 
 /// Prometheus text format (version 0.0.4).
-std::string render_metrics(const front_metrics& m, const actors::engine_gauges& g);
+std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g);
 
 }  // namespace kiln::net

@@ -157,8 +157,8 @@ void put_usage(std::string& out, const completion_usage& u) {
          ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(u.cached_tokens) +
          "}},\"model_version\":" + json_quote(u.model_version) +
          ",\"region\":" + json_quote(u.region) + ",\"replica_id\":" + json_quote(u.replica_id);
-  char ttft[48];
-  std::snprintf(ttft, sizeof ttft, ",\"kiln\":{\"engine_ttft_ms\":%.3f}", u.engine_ttft_ms);
+  char ttft[80];
+  std::snprintf(ttft, sizeof ttft, ",\"kiln\":{\"engine_ttft_ms\":%.3f,\"attempts\":%d}", u.engine_ttft_ms, u.attempts);
   out += ttft;
 }
 
@@ -259,9 +259,12 @@ std::string completion_json(const completion_meta& m, std::string_view text,
 
 std::string models_json(const config::kiln_config& cfg, std::int64_t created) {
   json data = json::array();
-  for (const auto& p : cfg.pools) {
-    data.push_back({{"id", p.model}, {"object", "model"}, {"created", created}, {"owned_by", "kiln"},
-                    {"version", p.version}, {"replicas", p.replicas}});
+  for (const auto& m : cfg.models) {
+    json versions = json::array();
+    for (const auto& p : cfg.pools)
+      if (p.model == m.name) versions.push_back({{"version", p.version}, {"id", p.model + "@" + p.version}, {"replicas", p.replicas}});
+    data.push_back({{"id", m.name}, {"object", "model"}, {"created", created}, {"owned_by", "kiln"},
+                    {"live_version", m.live_version}, {"versions", versions}});
   }
   return json{{"object", "list"}, {"data", data}}.dump();
 }

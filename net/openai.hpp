@@ -19,6 +19,7 @@ struct api_error {
   std::string message;
   std::string param;  ///< empty: null
   std::string code;   ///< empty: null
+  int retry_after_s = 0;  ///< > 0: sent as Retry-After
 };
 
 /// A validated POST /v1/chat/completions body.
@@ -56,6 +57,7 @@ struct completion_usage {
   std::string region;
   std::string replica_id;
   double engine_ttft_ms = 0;
+  int attempts = 1;  ///< replicas the request was sent to
 };
 
 std::string chunk_role_json(const completion_meta& m);
@@ -64,6 +66,7 @@ std::string chunk_finish_json(const completion_meta& m, std::string_view finish_
 std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
 std::string completion_json(const completion_meta& m, std::string_view text,
                             std::string_view finish_reason, const completion_usage& u);
+/// The models this node serves, each with its versions and live version.
 std::string models_json(const config::kiln_config& cfg, std::int64_t created);
 
 }  // namespace kiln::net

@@ -61,7 +61,7 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "[server]\nport = 1.5\n") == "test.toml: server.port must be an integer");
   CHECK(error_of("region = \n").rfind("test.toml:1:", 0) == 0);
   CHECK(error_of(kMinimal + "[[teams]]\nname = \"u\"\napi_key = \"k\"\n") == "test.toml: teams[1].api_key is used by another team");
-  CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"w\"\n") == "test.toml: pools[1].model \"m\" is defined twice");
+  CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"v\"\n") == "test.toml: pools[1]: m@v is defined twice");
   CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n") == "test.toml: pools: at least one [[pools]] entry is required");
   CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\", \"cpu\" or \"cuda\" (got \"gpu\")");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\n") == "test.toml: pools[0].model_dir is required for the cpu executor");
@@ -75,4 +75,47 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   auto missing = load_config_file("/nonexistent/kiln.toml");
   REQUIRE(std::holds_alternative<config_error>(missing));
   CHECK(std::get<config_error>(missing).message == "/nonexistent/kiln.toml: cannot open config file");
+}
+
+TEST_CASE("config: several versions of a model need a live version; the alias resolves to it") {
+  const std::string two = kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"w\"\n";
+  CHECK(error_of(two) == "test.toml: models: \"m\" has several versions; add [[models]] name = \"m\" with its live_version");
+  CHECK(error_of(two + "[[models]]\nname = \"m\"\nlive_version = \"x\"\n") ==
+        "test.toml: models[0].live_version \"x\" of model \"m\" has no [[pools]] entry");
+  CHECK(error_of(two + "[[models]]\nname = \"m\"\nlive_version = \"w\"\n[[models]]\nname = \"m\"\nlive_version = \"v\"\n") ==
+        "test.toml: models[1].name \"m\" is listed twice");
+  CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n[[pools]]\nmodel = \"a@b\"\nversion = \"v\"\n") ==
+        "test.toml: pools[0]: model and version must not contain '@'");
+  auto r = parse_config(two + "[[models]]\nname = \"m\"\nlive_version = \"w\"\n", "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const auto& c = std::get<kiln_config>(r);
+  CHECK(c.live_version("m") == "w");
+  CHECK(c.live_version("nope").empty());
+  CHECK(c.pool_for("m", "v") != nullptr);
+  CHECK(c.pool_for("m", "x") == nullptr);
+  // One version needs no entry: it is the live one.
+  auto one = parse_config(kMinimal, "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(one));
+  CHECK(std::get<kiln_config>(one).live_version("m") == "v");
+}
+
+TEST_CASE("config: NaN and infinities fail the range checks; limits at and past their edges") {
+  CHECK(error_of(kMinimal + "gpu_memory_fraction = nan\n").find("pools[0].gpu_memory_fraction must be between") != std::string::npos);
+  CHECK(error_of(kMinimal + "gpu_memory_fraction = inf\n").find("must be between") != std::string::npos);
+  CHECK(error_of(kMinimal + "[pools.gpu]\nhbm_bytes_per_s = -inf\n").find("hbm_bytes_per_s must be between") != std::string::npos);
+  CHECK(error_of(kMinimal + "heartbeat_ms = 9\n").find("heartbeat_ms must be between 10 and 60000") != std::string::npos);
+  CHECK(error_of(kMinimal + "heartbeat_ms = 10\n").empty());
+  CHECK(error_of(kMinimal + "restart_intensity = -1\n").find("restart_intensity must be between") != std::string::npos);
+  CHECK(error_of(kMinimal + "restart_intensity = 0\n").empty());
+  CHECK(error_of(kMinimal + "first_token_timeout_ms = 0\n").find("first_token_timeout_ms must be between") != std::string::npos);
+  CHECK(error_of("[server]\nwrite_timeout_ms = 0\n" + kMinimal).find("server.write_timeout_ms must be between") != std::string::npos);
+  CHECK(error_of("[server]\nmax_buffered_bytes = 4095\n" + kMinimal).find("max_buffered_bytes must be between") != std::string::npos);
+  CHECK(error_of("[server]\nmax_buffered_bytes = 4096\n" + kMinimal).empty());
+}
+
+TEST_CASE("config: the admin key may not be a team's key") {
+  CHECK(error_of("admin_key = \"k\"\n" + kMinimal) == "test.toml: admin_key is also a team's api_key");
+  auto r = parse_config("admin_key = \"a\"\n" + kMinimal, "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  CHECK(std::get<kiln_config>(r).admin_key == "a");
 }

@@ -73,7 +73,7 @@ TEST_CASE("engine core: eos at the generator's natural length ends with stop") {
   CHECK(r.u.completion_tokens == 4);  // three words, then eos
 }
 
-TEST_CASE("engine core: greedy and seeded sampling are deterministic; unseeded varies") {
+TEST_CASE("engine core: greedy and seeded answers are deterministic; a modelled answer is of prompt and seed alone") {
   auto a = make_core({16, 400}, {2048, 64}, 1);
   auto b = make_core({16, 400}, {2048, 64}, 2);
   CHECK(run_one(*a, "same prompt", greedy(20)).text == run_one(*b, "same prompt", greedy(20)).text);
@@ -85,9 +85,62 @@ TEST_CASE("engine core: greedy and seeded sampling are deterministic; unseeded v
   CHECK(run_one(*b, "p", seeded).text == s42);
   seeded.seed = 43;
   CHECK(run_one(*b, "p", seeded).text != s42);
+  // The sim answer does not depend on the engine (replica) or the request: a retry elsewhere
+  // gives the same text, unseeded too.
   sampling_params unseeded = seeded;
   unseeded.seed.reset();
-  CHECK(run_one(*a, "p", unseeded, 1).text != run_one(*a, "p", unseeded, 2).text);
+  CHECK(run_one(*a, "p", unseeded, 1).text == run_one(*b, "p", unseeded, 2).text);
+}
+
+namespace {
+
+// Records the seeds the core hands its executor; samples eos at once.
+class seed_recorder final : public executor {
+ public:
+  explicit seed_recorder(token_id eos) : eos_(eos) {}
+  step_execution run(const step_plan&, const scheduler&, std::span<const sample_slot> slots) override {
+    step_execution out;
+    for (const auto& s : slots) {
+      rng.push_back(s.rng_seed);
+      answer.push_back(s.answer_seed);
+      out.tokens.push_back(eos_);
+    }
+    return out;
+  }
+  std::vector<std::uint64_t> rng, answer;
+
+ private:
+  token_id eos_;
+};
+
+}  // namespace
+
+TEST_CASE("engine core: unseeded sampling varies by engine and request; the answer seed never does") {
+  auto tok = std::make_shared<word_tokenizer>();
+  auto rec_a = std::make_unique<seed_recorder>(tok->eos());
+  auto rec_b = std::make_unique<seed_recorder>(tok->eos());
+  auto* a_seeds = rec_a.get();
+  auto* b_seeds = rec_b.get();
+  engine_core a({64, 4}, {64, 4}, std::move(rec_a), tok, 1);
+  engine_core b({64, 4}, {64, 4}, std::move(rec_b), tok, 2);
+  sampling_params unseeded = greedy(5);
+  unseeded.temperature = 0.8;
+  sampling_params seeded = unseeded;
+  seeded.seed = 9;
+  for (engine_core* core : {&a, &b}) {
+    for (seq_id id : {1, 2}) {
+      REQUIRE(core->add({id, tok->encode("p"), id == 1 ? unseeded : seeded, priority::standard}));
+      core->step();
+      REQUIRE(core->idle());
+    }
+  }
+  REQUIRE(a_seeds->rng.size() == 2);
+  REQUIRE(b_seeds->rng.size() == 2);
+  CHECK(a_seeds->rng[0] != b_seeds->rng[0]);     // unseeded: each engine samples its own way
+  CHECK(a_seeds->rng[1] == b_seeds->rng[1]);     // seeded: the same everywhere
+  CHECK(a_seeds->answer[0] == b_seeds->answer[0]);
+  CHECK(a_seeds->answer[1] == b_seeds->answer[1]);
+  CHECK(a_seeds->answer[0] != a_seeds->answer[1]);  // the seed is part of it
 }
 
 TEST_CASE("engine core: a stop string ends the answer before it and is never streamed") {

@@ -48,7 +48,6 @@ struct recorded_stream : actors::stream_target {
   std::string text() const {
     std::string t;
     for (const auto& e : tokens) t += e.text;
-    for (const auto& e : ends) t += e.text;
     return t;
   }
 };

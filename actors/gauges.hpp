@@ -1,0 +1,103 @@
+#pragma once
+// Latest per-engine, per-replica and per-pool figures for /metrics, and counters of how
+// requests ended. Each actor writes only its own rows; the front reads a snapshot. An export
+// point, not state the actors share with each other.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace kiln::actors {
+
+struct engine_gauge {
+  std::string replica_id;
+  std::string model;
+  std::string version;
+  int running = 0;
+  int waiting = 0;
+  std::int64_t tokens_in_flight = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t preemptions = 0;
+  int kv_blocks_free = 0;
+  int kv_blocks_total = 0;
+  double load_seconds = 0;  ///< reading the model plus putting its weights in place
+  double weight_bytes = 0;
+};
+
+struct replica_gauge {
+  std::string replica_id;
+  std::string model;
+  std::string version;
+  std::string phase;
+  std::uint64_t restarts = 0;  ///< engine restarts by this replica
+  std::uint64_t starts = 0;    ///< times this replica was started (1 + restarts by its pool)
+};
+
+struct pool_gauge {
+  std::string model;
+  std::string version;
+  std::string status;          ///< loading | serving | degraded | failed
+  std::uint64_t restarts = 0;  ///< children restarted by the pool's supervisor
+};
+
+/// (model, version, outcome) -> count; outcomes: completed, retried, failed_mid_stream and
+/// each error code.
+using outcome_key = std::tuple<std::string, std::string, std::string>;
+
+class fleet_gauges {
+ public:
+  void set(const engine_gauge& g) {
+    std::lock_guard lock(mu_);
+    engines_[g.replica_id] = g;
+  }
+  void erase(const std::string& replica_id) {
+    std::lock_guard lock(mu_);
+    engines_.erase(replica_id);
+  }
+  void set_replica(const replica_gauge& g) {
+    std::lock_guard lock(mu_);
+    auto& row = replicas_[g.replica_id];
+    const std::uint64_t starts = row.starts;
+    row = g;
+    row.starts = std::max(starts, g.starts);
+  }
+  /// A replica actor was started (again).
+  void count_start(const std::string& replica_id) {
+    std::lock_guard lock(mu_);
+    ++replicas_[replica_id].starts;
+  }
+  void set_pool(const pool_gauge& g) {
+    std::lock_guard lock(mu_);
+    pools_[g.model + "@" + g.version] = g;
+  }
+  void count_outcome(const std::string& model, const std::string& version, const std::string& outcome) {
+    std::lock_guard lock(mu_);
+    ++outcomes_[{model, version, outcome}];
+  }
+  std::vector<engine_gauge> engines() const { return values(engines_); }
+  std::vector<replica_gauge> replicas() const { return values(replicas_); }
+  std::vector<pool_gauge> pools() const { return values(pools_); }
+  std::map<outcome_key, std::uint64_t> outcomes() const {
+    std::lock_guard lock(mu_);
+    return outcomes_;
+  }
+
+ private:
+  template <class M>
+  std::vector<typename M::mapped_type> values(const M& m) const {
+    std::lock_guard lock(mu_);
+    std::vector<typename M::mapped_type> out;
+    for (const auto& [k, v] : m) out.push_back(v);
+    return out;
+  }
+  mutable std::mutex mu_;
+  std::map<std::string, engine_gauge> engines_;
+  std::map<std::string, replica_gauge> replicas_;
+  std::map<std::string, pool_gauge> pools_;
+  std::map<outcome_key, std::uint64_t> outcomes_;
+};
+
+}  // namespace kiln::actors

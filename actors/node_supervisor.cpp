@@ -1,0 +1,167 @@
+#include "actors/node_supervisor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <caf/all.hpp>
+
+#include "actors/admission.hpp"
+
+namespace kiln::actors {
+
+namespace {
+
+using stateful = caf::stateful_actor<node_state>;
+
+const config::pool_config* pool_of_replica(const config::kiln_config& cfg, const std::string& replica_id) {
+  for (const auto& p : cfg.pools)
+    for (int i = 0; i < p.replicas; ++i)
+      if (replica_id_of(p, i) == replica_id) return &p;
+  return nullptr;
+}
+
+const config::pool_config* pool_named(const config::kiln_config& cfg, const std::string& key) {
+  for (const auto& p : cfg.pools)
+    if (p.model + "@" + p.version == key) return &p;
+  return nullptr;
+}
+
+// Resolves "random" among the pools that serve now.
+std::string pick_target(stateful* self, chaos_target t) {
+  auto& st = self->state;
+  std::vector<std::string> ids;
+  for (const auto& p : st.d.cfg->pools) {
+    auto it = st.pools.find(p.model + "@" + p.version);
+    if (it == st.pools.end() || it->second.status != pool_status::serving) continue;
+    if (t == chaos_target::router) {
+      ids.push_back(p.model + "@" + p.version);
+      continue;
+    }
+    for (int i = 0; i < p.replicas; ++i) ids.push_back(replica_id_of(p, i));
+  }
+  if (ids.empty()) return {};
+  return ids[std::uniform_int_distribution<std::size_t>(0, ids.size() - 1)(st.rng)];
+}
+
+caf::result<chaos_report> on_chaos(stateful* self, chaos_request& c) {
+  auto& st = self->state;
+  if (c.id == "random") c.id = pick_target(self, c.target);
+  const config::pool_config* p =
+      c.target == chaos_target::router ? pool_named(*st.d.cfg, c.id) : pool_of_replica(*st.d.cfg, c.id);
+  if (!p)
+    return caf::make_error(caf::sec::invalid_argument,
+                           c.id.empty() ? "no pool is serving" : "no " + std::string(to_string(c.target)) + " named " + c.id);
+  const caf::actor pool = st.sup.child(node_state::pool_child(*p));
+  if (!pool) return caf::make_error(caf::sec::invalid_argument, "the pool of " + c.id + " is not running");
+  chaos_report report{std::string(to_string(c.target)), c.id, p->model, p->version, std::string(to_string(c.action))};
+  auto rp = self->make_response_promise<chaos_report>();
+  self->request(pool, std::chrono::seconds(2), c)
+      .then([rp, report](std::string&) mutable { rp.deliver(report); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
+caf::result<std::vector<pool_view>> on_pool_state(stateful* self, const std::string& model) {
+  auto& st = self->state;
+  std::vector<caf::actor> pools;
+  for (const auto& p : st.d.cfg->pools)
+    if (p.model == model)
+      if (auto a = st.sup.child(node_state::pool_child(p))) pools.push_back(a);
+  if (pools.empty()) return caf::make_error(caf::sec::invalid_argument, "The model '" + model + "' does not exist.");
+  struct gather {
+    std::vector<pool_view> views;
+    std::size_t left = 0;
+  };
+  auto g = std::make_shared<gather>();
+  g->left = pools.size();
+  auto rp = self->make_response_promise<std::vector<pool_view>>();
+  auto one_done = [g, rp]() mutable {
+    if (--g->left > 0) return;
+    std::sort(g->views.begin(), g->views.end(), [](const pool_view& a, const pool_view& b) { return a.version < b.version; });
+    rp.deliver(std::move(g->views));
+  };
+  for (const auto& pool : pools) {
+    self->request(pool, std::chrono::seconds(3), state_atom::value)
+        .then([g, one_done](pool_view& v) mutable {
+                g->views.push_back(std::move(v));
+                one_done();
+              },
+              [one_done](caf::error&) mutable { one_done(); });
+  }
+  return rp;
+}
+
+}  // namespace
+
+caf::behavior node_supervisor(stateful* self, node_deps deps) {
+  auto& st = self->state;
+  st.d = std::move(deps);
+  st.rng.seed(st.d.chaos_seed);
+  const auto cfg = st.d.cfg;
+  std::vector<child_spec> specs;
+  specs.push_back({"admission",
+                   [cfg](caf::local_actor* parent) {
+                     auto a = parent->system().spawn(admission, cfg);
+                     parent->system().registry().put(admission_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                     return a;
+                   },
+                   restart_policy::permanent});
+  for (const auto& p : cfg->pools) {
+    pool_deps pd;
+    pd.cfg = std::make_shared<const config::pool_config>(p);
+    pd.region = cfg->region;
+    pd.gauges = st.d.gauges;
+    pd.loader = st.d.loader;
+    specs.push_back({node_state::pool_child(p),
+                     [pd](caf::local_actor* parent) mutable {
+                       pd.node = caf::actor_cast<caf::actor>(parent);
+                       return parent->system().spawn(pool_supervisor, pd);
+                     },
+                     restart_policy::permanent});
+  }
+  st.sup = supervisor({restart_strategy::one_for_one, 10, std::chrono::seconds(60)}, std::move(specs));
+  self->system().registry().put(node_name, caf::actor_cast<caf::strong_actor_ptr>(self));
+  st.sup.start_all(self);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    const auto out = st.sup.on_down(self, dm.source, dm.reason);
+    if (!out.ours) return;
+    if (out.escalate) {
+      std::fprintf(stderr, "kiln: node supervisor: restarts exceeded the intensity; stopping\n");
+      self->quit(caf::make_error(caf::sec::runtime_error, "node restart intensity exceeded"));
+      return;
+    }
+    for (const auto& id : out.restarted) {
+      if (id != "admission") continue;
+      for (const auto& [key, u] : st.pools) self->send(st.admission(), u);
+    }
+  });
+  return {
+      [self](pool_update& u) {
+        auto& st = self->state;
+        st.pools[u.model + "@" + u.version] = u;
+        if (auto a = st.admission()) self->send(a, std::move(u));
+      },
+      [self](pool_state_request& r) { return on_pool_state(self, r.model); },
+      [self](drain_replica& d) -> caf::result<std::string> {
+        auto& st = self->state;
+        const config::pool_config* p = pool_of_replica(*st.d.cfg, d.replica_id);
+        const caf::actor pool = p ? st.sup.child(node_state::pool_child(*p)) : caf::actor{};
+        if (!pool) return caf::make_error(caf::sec::invalid_argument, "no replica named " + d.replica_id);
+        auto rp = self->make_response_promise<std::string>();
+        self->request(pool, std::chrono::seconds(3), d)
+            .then([rp](std::string& phase) mutable { rp.deliver(std::move(phase)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](chaos_request& c) { return on_chaos(self, c); },
+  };
+}
+
+caf::actor spawn_node(caf::actor_system& sys, node_deps deps) { return sys.spawn(node_supervisor, std::move(deps)); }
+
+void stop_node(const caf::actor& node) {
+  if (node) caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace kiln::actors

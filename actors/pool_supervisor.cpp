@@ -1,0 +1,241 @@
+#include "actors/pool_supervisor.hpp"
+
+#include <cstdio>
+
+#include <caf/all.hpp>
+
+#include "actors/replica.hpp"
+
+namespace kiln::actors::detail {
+struct pool_loaded {
+  std::shared_ptr<const pool_runtime> runtime;
+};
+}  // namespace kiln::actors::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::detail::pool_loaded)
+
+namespace kiln::actors {
+
+std::string_view to_string(pool_status s) {
+  switch (s) {
+    case pool_status::loading: return "loading";
+    case pool_status::serving: return "serving";
+    case pool_status::degraded: return "degraded";
+    case pool_status::failed: return "failed";
+  }
+  return "failed";
+}
+
+std::string_view to_string(chaos_target t) {
+  switch (t) {
+    case chaos_target::engine: return "engine";
+    case chaos_target::replica: return "replica";
+    case chaos_target::router: return "router";
+  }
+  return "replica";
+}
+
+std::string replica_id_of(const config::pool_config& p, int i) {
+  return p.model + "-" + p.version + "-r" + std::to_string(i);
+}
+
+pool_update pool_state::update() const {
+  pool_update u;
+  u.model = d.cfg->model;
+  u.version = d.cfg->version;
+  u.status = status;
+  u.router = status == pool_status::serving ? router() : caf::actor{};
+  u.runtime = runtime;
+  if (runtime) u.failure = runtime->failure;
+  u.retry_at = retry_at;
+  return u;
+}
+
+void pool_state::publish() const {
+  if (d.gauges) d.gauges->set_pool({d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts()});
+}
+
+pool_view pool_state::own_view(caf::actor_clock::time_point now) const {
+  pool_view v;
+  v.model = d.cfg->model;
+  v.version = d.cfg->version;
+  v.status = std::string(to_string(status));
+  v.restarts = sup.restarts();
+  if (status == pool_status::degraded && retry_at > now)
+    v.retry_after_s = static_cast<std::int32_t>(std::chrono::ceil<std::chrono::seconds>(retry_at - now).count());
+  for (const auto& id : replica_ids) {
+    replica_view r;
+    r.replica_id = id;
+    r.version = d.cfg->version;
+    r.phase = sup.child(id) ? "starting" : "stopped";
+    v.replicas.push_back(std::move(r));
+  }
+  return v;
+}
+
+namespace {
+
+using stateful = caf::stateful_actor<pool_state>;
+
+caf::timespan ms_span(int ms) { return std::chrono::milliseconds(ms); }
+
+void announce(stateful* self) {
+  auto& st = self->state;
+  st.publish();
+  if (st.d.node) self->send(st.d.node, st.update());
+}
+
+// After (re)starts: a new router learns the replicas and the replicas the router; a new
+// replica is announced to the router.
+void wire(stateful* self, const std::vector<std::string>& started) {
+  auto& st = self->state;
+  const caf::actor router = st.router();
+  const bool new_router = std::find(started.begin(), started.end(), "router") != started.end();
+  if (new_router && router) {
+    replica_set set;
+    for (const auto& id : st.replica_ids) {
+      set.replicas.push_back(st.sup.child(id));
+      set.ids.push_back(id);
+    }
+    self->send(router, std::move(set));
+    for (const auto& id : st.replica_ids)
+      if (auto r = st.sup.child(id)) self->send(r, router_is{router});
+    return;
+  }
+  for (const auto& id : started)
+    if (router && id != "router") self->send(router, replica_up{id, st.sup.child(id)});
+}
+
+void start_children(stateful* self) {
+  auto& st = self->state;
+  const config::pool_config& p = *st.d.cfg;
+  router_settings rs;
+  rs.model = p.model;
+  rs.version = p.version;
+  rs.region = st.d.region;
+  rs.heartbeat = ms_span(p.heartbeat_ms);
+  rs.first_token_timeout = ms_span(p.first_token_timeout_ms);
+  rs.request_timeout = ms_span(p.request_timeout_ms);
+  std::vector<child_spec> specs;
+  specs.push_back({"router",
+                   [rs, g = st.d.gauges](caf::local_actor* parent) { return parent->system().spawn(router_shard, rs, g); },
+                   restart_policy::permanent});
+  supervisor_flags flags{restart_strategy::one_for_one, p.restart_intensity, ms_span(p.restart_period_ms)};
+  for (int i = 0; i < p.replicas; ++i) {
+    replica_deps rd;
+    rd.who = {replica_id_of(p, i), p.model, p.version, st.d.region};
+    rd.pool = st.runtime;
+    rd.gauges = st.d.gauges;
+    rd.loader = st.d.loader;
+    rd.engine_restarts = flags;
+    rd.heartbeat = rs.heartbeat;
+    st.replica_ids.push_back(rd.who.replica_id);
+    specs.push_back({rd.who.replica_id,
+                     [self, rd](caf::local_actor* parent) {
+                       return parent->system().spawn(replica, rd, self->state.router());
+                     },
+                     restart_policy::permanent});
+  }
+  st.sup = supervisor(flags, std::move(specs));
+  st.sup.start_all(self);
+  std::vector<std::string> all{"router"};
+  wire(self, all);
+}
+
+void on_child_down(stateful* self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  const auto out = st.sup.on_down(self, dm.source, dm.reason);
+  if (!out.ours) return;
+  if (out.escalate) {
+    const caf::timespan period = ms_span(st.d.cfg->restart_period_ms);
+    std::fprintf(stderr, "kiln: pool %s@%s: restarts exceeded the intensity; degraded for %d ms\n",
+                 st.d.cfg->model.c_str(), st.d.cfg->version.c_str(), st.d.cfg->restart_period_ms);
+    st.status = pool_status::degraded;
+    st.retry_at = self->clock().now() + period;
+    self->delayed_send(self, period, recover_atom::value);
+    announce(self);
+    return;
+  }
+  wire(self, out.restarted);
+  if (std::find(out.restarted.begin(), out.restarted.end(), "router") != out.restarted.end()) announce(self);
+  else st.publish();
+}
+
+// Fans a request out to one replica, answering what it answers (or an error).
+template <class Msg>
+caf::result<std::string> ask_replica(stateful* self, const std::string& id, Msg msg) {
+  const caf::actor r = self->state.sup.child(id);
+  if (!r) return caf::make_error(caf::sec::invalid_argument, "replica " + id + " is not running");
+  auto rp = self->make_response_promise<std::string>();
+  self->request(r, std::chrono::seconds(2), std::move(msg))
+      .then([rp](std::string& phase) mutable { rp.deliver(std::move(phase)); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
+}  // namespace
+
+caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
+  auto& st = self->state;
+  st.d = std::move(deps);
+  st.publish();
+  self->set_down_handler([self](caf::down_msg& dm) { on_child_down(self, dm); });
+  st.d.loader->run([handle = caf::actor_cast<caf::actor>(self), cfg = st.d.cfg] {
+    caf::anon_send(handle, detail::pool_loaded{prepare_pool(*cfg)});
+  });
+  return {
+      [self](detail::pool_loaded& m) {
+        auto& st = self->state;
+        st.runtime = std::move(m.runtime);
+        if (!st.runtime->failure.empty()) {
+          std::fprintf(stderr, "kiln: pool unavailable: %s: %s\n", st.d.cfg->model.c_str(), st.runtime->failure.c_str());
+          st.status = pool_status::failed;
+        } else {
+          start_children(self);
+          st.status = pool_status::serving;
+        }
+        announce(self);
+      },
+      [self](recover_atom) {
+        auto& st = self->state;
+        if (st.status != pool_status::degraded) return;
+        st.status = pool_status::serving;
+        wire(self, st.sup.revive(self));
+        announce(self);
+      },
+      [self](state_atom) -> caf::result<pool_view> {
+        auto& st = self->state;
+        const caf::actor router = st.router();
+        if (st.status != pool_status::serving || !router) return st.own_view(self->clock().now());
+        auto rp = self->make_response_promise<pool_view>();
+        self->request(router, std::chrono::seconds(2), state_atom::value)
+            .then(
+                [self, rp](pool_view& v) mutable {
+                  v.status = std::string(to_string(self->state.status));
+                  v.restarts = self->state.sup.restarts();
+                  rp.deliver(std::move(v));
+                },
+                [self, rp](caf::error&) mutable { rp.deliver(self->state.own_view(self->clock().now())); });
+        return rp;
+      },
+      [self](drain_replica& d) { return ask_replica(self, d.replica_id, drain_atom::value); },
+      [self](chaos_request& c) -> caf::result<std::string> {
+        auto& st = self->state;
+        const caf::actor target = c.target == chaos_target::router ? st.router() : st.sup.child(c.id);
+        if (!target) return caf::make_error(caf::sec::invalid_argument, "no running " + std::string(to_string(c.target)) + " " + c.id);
+        c.order.action = c.action;
+        if (c.target == chaos_target::engine) {
+          self->send(target, engine_chaos{c.order, c.action == chaos_action::kill});
+        } else if (c.action == chaos_action::kill) {
+          caf::anon_send_exit(target, caf::exit_reason::kill);
+        } else if (c.target == chaos_target::router && c.action == chaos_action::slow) {
+          return caf::make_error(caf::sec::invalid_argument, "a router cannot be slowed");
+        } else {
+          self->send(target, c.order);
+        }
+        return std::string(to_string(c.action));
+      },
+  };
+}
+
+}  // namespace kiln::actors

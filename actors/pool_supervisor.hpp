@@ -1,0 +1,96 @@
+#pragma once
+// One pool (model@version) in a region: it loads what the pool serves with (tokenizer, chat
+// template, weights) off the scheduler's threads, then supervises its router shard and its
+// replicas one_for_one. A restarted router gets the replica set, and the replicas the new
+// router; a restarted replica is announced to the router. Past the restart intensity the pool
+// stops its children and turns `degraded` (admission answers 503 with Retry-After) until the
+// period has passed; then it starts them all again.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/gauges.hpp"
+#include "actors/loader.hpp"
+#include "actors/pool_runtime.hpp"
+#include "actors/router_shard.hpp"
+#include "actors/supervisor.hpp"
+#include "config/config.hpp"
+
+namespace kiln::actors {
+
+enum class pool_status : std::uint8_t { loading, serving, degraded, failed };
+std::string_view to_string(pool_status s);
+
+/// A pool's status for admission: where its router is and what it serves with.
+struct pool_update {
+  std::string model;
+  std::string version;
+  pool_status status = pool_status::loading;
+  caf::actor router;
+  std::shared_ptr<const pool_runtime> runtime;
+  std::string failure;                 ///< failed: why
+  caf::actor_clock::time_point retry_at;  ///< degraded: when its replicas start again
+};
+
+/// Admin: drain a replica; answers its phase.
+struct drain_replica {
+  std::string replica_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, drain_replica& x) {
+  return f(caf::meta::type_name("drain_replica"), x.replica_id);
+}
+
+enum class chaos_target : std::uint8_t { engine, replica, router };
+std::string_view to_string(chaos_target t);
+
+/// Admin: chaos at one actor. `id` is a replica id (engine, replica) or model@version
+/// (router); "random" lets the node choose.
+struct chaos_request {
+  chaos_target target = chaos_target::replica;
+  std::string id;
+  chaos_action action = chaos_action::kill;
+  chaos_order order;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chaos_request& x) {
+  return f(caf::meta::type_name("chaos_request"), x.target, x.id, x.action, x.order);
+}
+
+struct pool_deps {
+  std::shared_ptr<const config::pool_config> cfg;
+  std::string region;
+  std::shared_ptr<fleet_gauges> gauges;
+  std::shared_ptr<actors::loader> loader;
+  caf::actor node;  ///< hears every pool_update
+};
+
+/// "<model>-<version>-r<i>"
+std::string replica_id_of(const config::pool_config& p, int i);
+
+struct pool_state {
+  pool_deps d;
+  pool_status status = pool_status::loading;
+  std::shared_ptr<const pool_runtime> runtime;
+  supervisor sup;
+  std::vector<std::string> replica_ids;
+  caf::actor_clock::time_point retry_at;
+
+  caf::actor router() const { return sup.child("router"); }
+  pool_update update() const;
+  void publish() const;
+  /// What the pool can say of itself without its router.
+  pool_view own_view(caf::actor_clock::time_point now) const;
+  static inline const char* name = "kiln.pool";
+};
+
+caf::behavior pool_supervisor(caf::stateful_actor<pool_state>* self, pool_deps deps);
+
+}  // namespace kiln::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_update)

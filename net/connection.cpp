@@ -1,0 +1,518 @@
+#include "net/connection.hpp"
+
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include <utility>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "net/errors.hpp"
+#include "net/sse.hpp"
+
+namespace kiln::net {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxPipelined = 64 << 10;  // bytes a client may send ahead mid-response
+constexpr auto kLinger = std::chrono::milliseconds(500);
+constexpr auto kShutdownWrite = std::chrono::milliseconds(1000);  // after force_end, then close
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// RFC 9112: a request whose last transfer coding is not chunked has no knowable length.
+bool bad_transfer_encoding(const http::request_parser<http::string_body>& p) {
+  const auto& req = p.get();
+  auto it = req.find(http::field::transfer_encoding);
+  if (it == req.end()) return false;
+  std::string v = lower(std::string_view(it->value().data(), it->value().size()));
+  const auto comma = v.rfind(',');
+  std::string last = comma == std::string::npos ? v : v.substr(comma + 1);
+  const auto b = last.find_first_not_of(" \t");
+  const auto e = last.find_last_not_of(" \t");
+  last = b == std::string::npos ? std::string() : last.substr(b, e - b + 1);
+  return last != "chunked";
+}
+
+class connection_impl;
+
+// The exchange a handler holds: every call checks that its request is still the one in
+// progress on the connection.
+class exchange_impl final : public exchange {
+ public:
+  exchange_impl(std::weak_ptr<connection_impl> c, std::uint64_t serial, http_request req, caller who)
+      : conn_(std::move(c)), serial_(serial), req_(std::move(req)), who_(std::move(who)) {}
+  const http_request& request() const override { return req_; }
+  const caller& who() const override { return who_; }
+  void respond(int status, std::string body, std::string_view content_type, const header_list& extra) override;
+  void begin_stream() override;
+  void stream(std::string_view sse) override;
+  void end_stream(int status) override;
+  bool streaming() const override;
+  void post(std::function<void()> fn) override;
+  void on_interrupt(std::function<void(interruption)> fn) override { interrupt_ = std::move(fn); }
+  void after(int ms, std::function<void()> fn) override;
+  log_fields& log() override { return log_; }
+
+  std::uint64_t serial() const { return serial_; }
+  void set_body(std::string body) { req_.body = std::move(body); }
+  caller& who_mut() { return who_; }
+  void interrupt(interruption why) {
+    if (auto fn = std::exchange(interrupt_, nullptr)) fn(why);
+  }
+
+ private:
+  std::weak_ptr<connection_impl> conn_;
+  std::uint64_t serial_;
+  http_request req_;
+  caller who_;
+  log_fields log_;
+  std::function<void(interruption)> interrupt_;
+};
+
+class connection_impl final : public connection, public std::enable_shared_from_this<connection_impl> {
+ public:
+  connection_impl(tcp::socket socket, std::shared_ptr<connection_host> host)
+      : stream_(std::move(socket)), host_(std::move(host)), front_(host_->shared()),
+        limits_(front_.deps.cfg->server), write_timer_(stream_.get_executor()), close_timer_(stream_.get_executor()),
+        deadline_timer_(stream_.get_executor()) {}
+
+  void start() override {
+    ++front_.deps.metrics->open_connections;
+    host_->add(shared_from_this());
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  void drain() override {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->closing_ = true;
+      self->keep_alive_ = false;
+      if (self->phase_ == phase::reading) self->close();
+    });
+  }
+
+  void force_end() override {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->closing_ = true;
+      self->keep_alive_ = false;
+      if (self->phase_ != phase::handling) return self->close();
+      // The handler answers (an error event); whatever the client does not take within a
+      // second is dropped with the connection.
+      self->close_timer_.expires_after(kShutdownWrite);
+      self->close_timer_.async_wait([self](beast::error_code ec) {
+        if (!ec) self->abort_request();
+      });
+      self->current_->interrupt(interruption::shutdown);
+    });
+  }
+
+  // --- what exchanges call, on this connection's strand ---
+  bool active(std::uint64_t serial) const {
+    return current_ && current_->serial() == serial && phase_ == phase::handling && !response_done_;
+  }
+
+  void respond(std::uint64_t serial, int status, std::string body, std::string_view content_type, const header_list& extra) {
+    if (!active(serial) || head_sent_) return;
+    std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
+                       std::string(http::obsolete_reason(static_cast<http::status>(status))) +
+                       "\r\nServer: kiln\r\nContent-Type: " + std::string(content_type) +
+                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    for (const auto& [k, v] : extra) head += k + ": " + v + "\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    head_sent_ = true;
+    append(head);
+    append(body);
+    finish(status);
+  }
+
+  void begin_stream(std::uint64_t serial) {
+    if (!active(serial) || head_sent_) return;
+    head_sent_ = true;
+    streaming_ = true;
+    ++front_.deps.metrics->open_streams;
+    // HTTP/1.0 has no chunked encoding: the stream ends when the connection closes.
+    chunked_ = version_ >= 11;
+    if (!chunked_) keep_alive_ = false;
+    std::string head = "HTTP/1.1 200 OK\r\nServer: kiln\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
+    if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    append(head);
+    flush();
+  }
+
+  void stream(std::uint64_t serial, std::string_view sse) {
+    if (!active(serial) || !streaming_ || sse.empty()) return;
+    if (chunked_) {
+      frame_.clear();
+      append_http_chunk(frame_, sse);
+      append(frame_);
+    } else {
+      append(sse);
+    }
+    flush();
+  }
+
+  void end_stream(std::uint64_t serial, int status) {
+    if (!active(serial) || !streaming_) return;
+    if (chunked_) append(kLastChunk);
+    finish(status);
+  }
+
+  bool is_streaming(std::uint64_t serial) const { return active(serial) && streaming_; }
+
+  void after(std::uint64_t serial, int ms, std::function<void()> fn) {
+    if (!active(serial)) return;
+    deadline_timer_.expires_after(std::chrono::milliseconds(ms));
+    deadline_timer_.async_wait([self = shared_from_this(), serial, fn = std::move(fn)](beast::error_code ec) {
+      if (!ec && self->active(serial)) fn();
+    });
+  }
+
+  asio::any_io_executor executor() { return stream_.get_executor(); }
+
+ private:
+  enum class phase { reading, handling, closed };
+
+  // --- reading a request ---
+  void do_read() {
+    if (phase_ == phase::closed) return;
+    phase_ = phase::reading;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
+    parser_->body_limit(limits_.max_body_bytes);
+    stream_.expires_after(std::chrono::milliseconds(limits_.request_timeout_ms));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    begin_exchange();
+    if (bad_transfer_encoding(*parser_)) {
+      keep_alive_ = false;
+      return reply_error({400, "invalid_request_error", "Transfer-Encoding must end with chunked.", "", "bad_request"});
+    }
+    // Authenticate on the head: an unauthenticated body is never read, let alone parsed.
+    const auto& req = parser_->get();
+    const auto m = front_.routes.find(current_->request().method, current_->request().path);
+    if (m.path_known) {
+      auto auth = req.find(http::field::authorization);
+      const std::string_view authz = auth == req.end() ? std::string_view() : std::string_view(auth->value().data(), auth->value().size());
+      if (auto err = authenticate(m.need, authz, *front_.deps.cfg, front_.deps.admin_key, current_->who_mut())) {
+        if (!parser_->is_done()) keep_alive_ = false;  // its body stays unread
+        return reply_error(*err);
+      }
+    }
+    if (parser_->is_done()) return on_read({});
+    auto expect = req.find(http::field::expect);
+    if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
+      static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_.socket(), asio::buffer(cont.data(), cont.size()),
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                          if (ec) return self->close();
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void read_failed(beast::error_code ec) {
+    if (phase_ == phase::closed || ec == asio::error::operation_aborted) return;
+    if (ec == http::error::header_limit) {
+      keep_alive_ = false;
+      begin_exchange();
+      return reply_error({431, "invalid_request_error", "Request header fields are too large.", "", "headers_too_large"});
+    }
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      begin_exchange();
+      return reply_error({413, "invalid_request_error",
+                          "Request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes.", "",
+                          "body_too_large"});
+    }
+    const bool partial = parser_ && parser_->got_some();
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == beast::error::timeout || !partial || ec == http::error::partial_message)
+      return close();
+    keep_alive_ = false;
+    begin_exchange();
+    reply_error({400, "invalid_request_error", "Malformed HTTP request: " + ec.message(), "", "bad_request"});
+  }
+
+  // The request's head is known (or none could be read): it becomes the exchange in progress.
+  void begin_exchange() {
+    if (current_ && phase_ == phase::handling) return;
+    started_ = clock::now();
+    keep_alive_ = !closing_ && !front_.draining;
+    http_request r;
+    if (parser_ && parser_->is_header_done()) {
+      const auto& req = parser_->get();
+      r.method = std::string(req.method_string());
+      const std::string_view target(req.target().data(), req.target().size());
+      const auto q = target.find('?');
+      r.path = std::string(target.substr(0, q));
+      if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
+      r.version = req.version();
+      for (const auto& f : req)
+        r.headers.emplace_back(lower(std::string_view(f.name_string().data(), f.name_string().size())), std::string(f.value()));
+      keep_alive_ = keep_alive_ && req.keep_alive();
+    } else {
+      keep_alive_ = false;
+    }
+    version_ = r.version;
+    current_ = std::make_shared<exchange_impl>(weak_from_this(), ++serial_, std::move(r), caller{});
+    phase_ = phase::handling;
+    head_sent_ = streaming_ = response_done_ = false;
+    status_ = 0;
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    stream_.expires_never();
+    auto req = parser_->release();
+    parser_.reset();
+    current_->set_body(std::move(req.body()));
+    const std::shared_ptr<exchange_impl> ex = current_;
+    if (front_.draining && ex->request().path != "/healthz" && ex->request().path != "/metrics") {
+      keep_alive_ = false;
+      return reply_error(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
+    }
+    const auto m = front_.routes.find(ex->request().method, ex->request().path);
+    if (!m.path_known)
+      return reply_error({404, "invalid_request_error",
+                          "Unknown request URL: " + ex->request().method + " " + ex->request().path + ".", "", "unknown_url"});
+    if (!m.run) {
+      return ex->respond(405, error_json({405, "invalid_request_error",
+                                          "Method " + ex->request().method + " is not allowed on " + ex->request().path +
+                                              "; use " + m.allowed + ".", "", "method_not_allowed"}),
+                         "application/json", {{"Allow", m.allowed}});
+    }
+    watch();
+    (*m.run)(ex, m.params);
+  }
+
+  void reply_error(const api_error& e) { current_->respond(e.status, error_json(e), "application/json", error_headers(e)); }
+
+  // --- writing ---
+  void append(std::string_view bytes) {
+    outbox_.append(bytes.data(), bytes.size());
+    if (outbox_.size() + inflight_.size() > limits_.max_buffered_bytes) too_slow_ = true;
+  }
+
+  void finish(int status) {
+    status_ = status;
+    response_done_ = true;
+    if (streaming_) --front_.deps.metrics->open_streams;
+    flush();
+  }
+
+  void flush() {
+    if (writing_ || phase_ == phase::closed) return;
+    if (too_slow_) return abort_request();  // the client fell further behind than the cap
+    if (outbox_.empty()) {
+      if (response_done_) complete_request();
+      return;
+    }
+    writing_ = true;
+    inflight_.swap(outbox_);
+    outbox_.clear();
+    write_timer_.expires_after(std::chrono::milliseconds(limits_.write_timeout_ms));
+    write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->writing_) self->abort_request();  // the client takes nothing: a slow reader
+    });
+    asio::async_write(stream_.socket(), asio::buffer(inflight_),
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        self->write_timer_.cancel();
+                        if (ec) return self->abort_request();
+                        self->inflight_.clear();
+                        self->flush();
+                      });
+  }
+
+  void complete_request() {
+    log_request();
+    current_.reset();
+    close_timer_.cancel();
+    deadline_timer_.cancel();
+    if (!keep_alive_ || front_.draining) return linger_close();
+    if (watching_) {
+      read_after_watch_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+    } else {
+      do_read();
+    }
+  }
+
+  // --- noticing a client that went away while its request runs ---
+  void watch() {
+    watching_ = true;
+    stream_.socket().async_read_some(asio::buffer(watch_buf_),
+                                     [self = shared_from_this()](beast::error_code ec, std::size_t n) { self->on_watch(ec, n); });
+  }
+
+  void on_watch(beast::error_code ec, std::size_t n) {
+    watching_ = false;
+    if (phase_ == phase::closed) return;
+    if (n > 0) {
+      auto dst = buffer_.prepare(n);
+      std::memcpy(dst.data(), watch_buf_.data(), n);
+      buffer_.commit(n);
+    }
+    const bool in_request = phase_ == phase::handling && current_;
+    if (in_request && !ec) {
+      if (buffer_.size() > kMaxPipelined) return abort_request();
+      return watch();
+    }
+    if (in_request) return abort_request();  // the client closed or reset mid-request
+    if (read_after_watch_) {
+      read_after_watch_ = false;
+      do_read();
+    }
+  }
+
+  // Nothing more can be written: the handler learns the client is gone, then we close.
+  void abort_request() {
+    if (phase_ == phase::closed) return;
+    if (current_) {
+      if (!response_done_) {
+        if (streaming_) --front_.deps.metrics->open_streams;
+        response_done_ = true;
+        current_->interrupt(interruption::client_gone);
+      }
+      status_ = 499;  // the client did not take the whole answer
+      log_request();
+    }
+    close();
+  }
+
+  // --- closing ---
+  void linger_close() {
+    // Half-close, then drain what the client still sends so it reads our answer before a reset.
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(kLinger);
+    stream_.async_read_some(asio::buffer(watch_buf_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      self->linger_close();
+    });
+  }
+
+  void close() {
+    if (phase_ == phase::closed) return;
+    phase_ = phase::closed;
+    if (current_) current_->interrupt(interruption::client_gone);
+    current_.reset();
+    write_timer_.cancel();
+    close_timer_.cancel();
+    deadline_timer_.cancel();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+    --front_.deps.metrics->open_connections;
+    host_->remove(shared_from_this());
+  }
+
+  void log_request() {
+    if (status_ == 0 || !current_) return;
+    front_.deps.metrics->count_request(status_);
+    if (!front_.deps.access_log) return;
+    const auto& r = current_->request();
+    const log_fields& f = current_->log();
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - started_).count();
+    char line[768];
+    std::snprintf(line, sizeof line,
+                  "access method=%s path=%s team=%s model=%s version=%s replica=%s status=%d prompt_tokens=%d "
+                  "completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
+                  r.method.empty() ? "-" : r.method.c_str(), r.path.empty() ? "-" : r.path.c_str(),
+                  f.team.empty() ? "-" : f.team.c_str(), f.model.empty() ? "-" : f.model.c_str(),
+                  f.version.empty() ? "-" : f.version.c_str(), f.replica.empty() ? "-" : f.replica.c_str(), status_,
+                  f.prompt_tokens, f.completion_tokens, f.ttft_ms, ms);
+    front_.deps.access_log(line);
+    status_ = 0;
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<connection_host> host_;
+  front& front_;
+  const config::server_config& limits_;
+  asio::steady_timer write_timer_;
+  asio::steady_timer close_timer_;
+  asio::steady_timer deadline_timer_;  ///< a handler's last-resort deadline (after())
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::array<char, 1024> watch_buf_{};
+  phase phase_ = phase::reading;
+  bool keep_alive_ = true;
+  bool writing_ = false;
+  bool watching_ = false;
+  bool read_after_watch_ = false;
+  bool too_slow_ = false;
+  std::string outbox_, inflight_, frame_;
+  bool closing_ = false;  ///< drain or shutdown: no request after this one
+  // the request in progress
+  std::shared_ptr<exchange_impl> current_;
+  std::uint64_t serial_ = 0;
+  unsigned version_ = 11;
+  bool head_sent_ = false;
+  bool streaming_ = false;
+  bool chunked_ = true;
+  bool response_done_ = false;
+  int status_ = 0;
+  clock::time_point started_;
+};
+
+void exchange_impl::respond(int status, std::string body, std::string_view content_type, const header_list& extra) {
+  if (auto c = conn_.lock()) c->respond(serial_, status, std::move(body), content_type, extra);
+}
+void exchange_impl::begin_stream() {
+  if (auto c = conn_.lock()) c->begin_stream(serial_);
+}
+void exchange_impl::stream(std::string_view sse) {
+  if (auto c = conn_.lock()) c->stream(serial_, sse);
+}
+void exchange_impl::end_stream(int status) {
+  if (auto c = conn_.lock()) c->end_stream(serial_, status);
+}
+bool exchange_impl::streaming() const {
+  auto c = conn_.lock();
+  return c && c->is_streaming(serial_);
+}
+void exchange_impl::after(int ms, std::function<void()> fn) {
+  if (auto c = conn_.lock()) c->after(serial_, ms, std::move(fn));
+}
+void exchange_impl::post(std::function<void()> fn) {
+  auto c = conn_.lock();
+  if (!c) return;
+  asio::post(c->executor(), [w = conn_, serial = serial_, fn = std::move(fn)] {
+    if (auto c = w.lock(); c && c->active(serial)) fn();
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<connection> make_connection(tcp::socket socket, std::shared_ptr<connection_host> host) {
+  return std::make_shared<connection_impl>(std::move(socket), std::move(host));
+}
+
+}  // namespace kiln::net

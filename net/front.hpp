@@ -1,0 +1,23 @@
+#pragma once
+// What the front's connections and handlers share (internal to net/): the server's
+// dependencies, whether it drains, and the route table.
+#include <atomic>
+
+#include "net/http_server.hpp"
+#include "net/routes.hpp"
+
+namespace kiln::net {
+
+struct front {
+  server_deps deps;
+  std::atomic<bool> draining{false};
+  std::atomic<bool> ready{false};  ///< every pool has loaded (or failed to)
+  route_table routes;
+};
+
+/// Each adds its paths to the front's route table.
+void add_openai_routes(front& f);
+void add_admin_routes(front& f);
+void add_ops_routes(front& f);
+
+}  // namespace kiln::net

@@ -1,0 +1,206 @@
+// The OpenAI routes: POST /v1/chat/completions (one chat_call per request, bridging its sink
+// actor's events onto the connection) and GET /v1/models.
+#include <chrono>
+#include <memory>
+
+#include "actors/stream_sink.hpp"
+#include "engine/types.hpp"
+#include "net/errors.hpp"
+#include "net/front.hpp"
+#include "net/sse.hpp"
+
+namespace kiln::net {
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// One chat completion in flight: its sink's events arrive here on the connection's strand
+// and become SSE chunks or one JSON answer. Whatever ends it stops the sink, which tells
+// the engine (if any still holds the request) that nobody listens any more.
+class chat_call final : public std::enable_shared_from_this<chat_call> {
+ public:
+  chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, completion_meta meta)
+      : f_(f), ex_(std::move(ex)), stream_(stream), meta_(std::move(meta)) {}
+  ~chat_call() { actors::stop_sink(sink_); }
+
+  void start(actors::request r);
+
+  void on_tokens(actors::stream_tokens ev) {
+    if (done_ || ev.id != id_) return;
+    auto& log = ex_->log();
+    if (ev.prompt_tokens >= 0) {
+      log.prompt_tokens = ev.prompt_tokens;
+      usage_.prompt_tokens = ev.prompt_tokens;
+    }
+    if (ev.tokens > 0) {
+      if (log.completion_tokens == 0)
+        log.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count();
+      log.completion_tokens += ev.tokens;
+      f_.deps.metrics->tokens_streamed += static_cast<std::uint64_t>(ev.tokens);
+    }
+    if (!stream_) {
+      text_ += ev.text;
+      return;
+    }
+    open_stream();
+    if (!ev.text.empty()) append_sse_event(sse_, chunk_content_json(meta_, ev.text));
+    flush();
+  }
+
+  void on_end(actors::stream_end ev) {
+    if (done_ || ev.id != id_) return;
+    auto& log = ex_->log();
+    log.version = ev.model_version;
+    log.replica = ev.replica_id;
+    log.prompt_tokens = ev.prompt_tokens;
+    const completion_usage u{ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens, ev.model_version,
+                             ev.region, ev.replica_id, ev.engine_ttft_ms, ev.attempts};
+    finish();
+    if (stream_) {
+      open_stream();
+      append_sse_event(sse_, chunk_finish_json(meta_, ev.finish_reason));
+      append_sse_event(sse_, chunk_usage_json(meta_, u));
+      append_sse_event(sse_, kSseDone);
+      flush();
+      ex_->end_stream(200);
+    } else {
+      ex_->respond(200, completion_json(meta_, text_, ev.finish_reason, u));
+    }
+  }
+
+  void on_error(actors::stream_error ev) {
+    if (done_ || ev.id != id_) return;
+    fail(to_api_error(ev.code, std::move(ev.message), std::move(ev.param), ev.retry_after_s));
+  }
+
+  void on_interrupt(interruption why) {
+    switch (why) {
+      case interruption::client_gone:
+        finish();  // stopping the sink cancels the request wherever it runs
+        break;
+      case interruption::shutdown:
+        fail(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
+        break;
+    }
+  }
+
+  void fail(const api_error& e) {
+    if (done_) return;
+    finish();
+    if (!ex_->streaming()) return ex_->respond(e.status, error_json(e), "application/json", error_headers(e));
+    // Mid-stream: exactly one error event, then [DONE].
+    append_sse_event(sse_, error_json(e));
+    append_sse_event(sse_, kSseDone);
+    flush();
+    ex_->end_stream(e.status);
+  }
+
+ private:
+  void open_stream() {
+    if (ex_->streaming()) return;
+    ex_->begin_stream();
+    append_sse_event(sse_, chunk_role_json(meta_));
+  }
+  void flush() {
+    ex_->stream(sse_);
+    sse_.clear();
+  }
+  void finish() {
+    done_ = true;
+    actors::stop_sink(sink_);
+    sink_ = nullptr;
+  }
+
+  front& f_;
+  std::shared_ptr<exchange> ex_;
+  bool stream_;
+  completion_meta meta_;
+  actors::request_id id_;
+  caf::actor sink_;
+  bool done_ = false;
+  std::string text_, sse_;
+  completion_usage usage_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+// Hands each event to the call on its connection's strand.
+class strand_target final : public actors::stream_target {
+ public:
+  strand_target(std::shared_ptr<chat_call> call, std::shared_ptr<exchange> ex) : call_(std::move(call)), ex_(std::move(ex)) {}
+  void on_tokens(actors::stream_tokens ev) override { post(&chat_call::on_tokens, std::move(ev)); }
+  void on_end(actors::stream_end ev) override { post(&chat_call::on_end, std::move(ev)); }
+  void on_error(actors::stream_error ev) override { post(&chat_call::on_error, std::move(ev)); }
+
+ private:
+  template <class Ev>
+  void post(void (chat_call::*fn)(Ev), Ev ev) {
+    ex_->post([w = std::weak_ptr<chat_call>(call_), fn, ev = std::move(ev)]() mutable {
+      if (auto c = w.lock()) ((*c).*fn)(std::move(ev));
+    });
+  }
+  std::shared_ptr<chat_call> call_;
+  std::shared_ptr<exchange> ex_;
+};
+
+void chat_call::start(actors::request r) {
+  id_ = r.id;
+  // The sink's target keeps this call alive until the sink ends; the exchange's interrupt
+  // reaches it only while it lives.
+  sink_ = actors::spawn_stream_sink(*f_.deps.sys, std::make_shared<strand_target>(shared_from_this(), ex_));
+  r.sink = sink_;
+  ex_->on_interrupt([w = weak_from_this()](interruption why) {
+    if (auto c = w.lock()) c->on_interrupt(why);
+  });
+  // Owners end every request within their pool's deadlines; this is the last resort for a
+  // request lost with an actor that was killed.
+  ex_->after(f_.deps.cfg->longest_request_ms() + 10000, [w = weak_from_this()] {
+    if (auto c = w.lock()) c->fail(to_api_error(actors::errc::timed_out, "The request was lost inside kiln."));
+  });
+  if (!actors::submit(*f_.deps.sys, std::move(r)))
+    fail(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
+}
+
+void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
+  auto parsed = parse_chat_request(ex->request().body);
+  if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
+  auto& p = std::get<chat_params>(parsed);
+  actors::request r;
+  const std::string prio = ex->request().header("x-priority");
+  if (!prio.empty()) {
+    auto tier = engine::parse_priority(prio);
+    if (!tier)
+      return ex->respond(400, error_json({400, "invalid_request_error", "x-priority must be interactive, standard or batch.",
+                                          "x-priority", ""}));
+    r.priority = *tier;
+  }
+  r.id = f.deps.ids->next();
+  r.team = ex->who().team;
+  r.model = p.model;
+  r.conversation_id = ex->request().header("x-conversation-id");
+  for (auto& m : p.messages) r.messages.push_back({std::move(m.role), std::move(m.content)});
+  r.sampling.max_tokens = p.max_tokens;
+  r.sampling.temperature = p.temperature;
+  r.sampling.top_p = p.top_p;
+  r.sampling.top_k = p.top_k;
+  r.sampling.seed = p.seed;
+  r.sampling.stop = std::move(p.stop);
+  ex->log().team = r.team;
+  ex->log().model = p.model;
+  auto call = std::make_shared<chat_call>(f, ex, p.stream, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model});
+  call->start(std::move(r));
+}
+
+}  // namespace
+
+void add_openai_routes(front& f) {
+  f.routes.add("POST", "/v1/chat/completions", access::team,
+               [&f](const std::shared_ptr<exchange>& ex, const route_params&) { handle_chat(f, ex); });
+  f.routes.add("GET", "/v1/models", access::team, [&f](const std::shared_ptr<exchange>& ex, const route_params&) {
+    ex->respond(200, models_json(*f.deps.cfg, unix_now()));
+  });
+}
+
+}  // namespace kiln::net
