@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include <utility>
@@ -192,7 +193,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
     phase_ = phase::reading;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
-    parser_->body_limit(limits_.max_body_bytes);
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // checked after authentication (on_header)
     stream_.expires_after(std::chrono::milliseconds(limits_.request_timeout_ms));
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
@@ -216,6 +217,14 @@ class connection_impl final : public connection, public std::enable_shared_from_
         return reply_error(*err);
       }
     }
+    const auto length = parser_->content_length();
+    if (length && *length > limits_.max_body_bytes) {
+      keep_alive_ = false;
+      return reply_error({413, "invalid_request_error",
+                          "Request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes.", "",
+                          "body_too_large"});
+    }
+    parser_->body_limit(limits_.max_body_bytes);  // a chunked body counts as it arrives
     if (parser_->is_done()) return on_read({});
     auto expect = req.find(http::field::expect);
     if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
@@ -313,9 +322,17 @@ class connection_impl final : public connection, public std::enable_shared_from_
   void reply_error(const api_error& e) { current_->respond(e.status, error_json(e), "application/json", error_headers(e)); }
 
   // --- writing ---
+  // A stream's cap holds at every append: past it nothing more is buffered, and the request
+  // ends (once the current call has returned) as for a client that went away. Whole
+  // answers are as large as they are.
   void append(std::string_view bytes) {
+    if (too_slow_) return;
+    if (streaming_ && outbox_.size() + inflight_.size() + bytes.size() > limits_.max_buffered_bytes) {
+      too_slow_ = true;
+      asio::post(stream_.get_executor(), [self = shared_from_this()] { self->abort_request(); });
+      return;
+    }
     outbox_.append(bytes.data(), bytes.size());
-    if (outbox_.size() + inflight_.size() > limits_.max_buffered_bytes) too_slow_ = true;
   }
 
   void finish(int status) {

@@ -13,8 +13,9 @@
 
 namespace kiln::test {
 
-http_conn::http_conn(int port, int timeout_ms) {
+http_conn::http_conn(int port, int timeout_ms, int rcvbuf) {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};

@@ -15,7 +15,8 @@ struct http_response {
 
 class http_conn {
  public:
-  explicit http_conn(int port, int timeout_ms = 10000);
+  /// `rcvbuf` > 0: the socket's receive buffer, set before connecting (a slow reader's window).
+  explicit http_conn(int port, int timeout_ms = 10000, int rcvbuf = 0);
   ~http_conn();
   http_conn(const http_conn&) = delete;
   http_conn& operator=(const http_conn&) = delete;

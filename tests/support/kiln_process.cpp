@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -18,7 +21,28 @@
 
 namespace kiln::test {
 
-kiln_process::kiln_process(const std::string& config_toml) {
+const char* kiln_binary() { return KILN_BINARY; }
+
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+std::string with_server(std::string config, const std::string& lines) {
+  const auto at = config.find("[server]\n");
+  if (at != std::string::npos) config.insert(at + 9, lines);
+  return config;
+}
+
+kiln_process::kiln_process(const std::string& config_toml, process_options opts) {
   char tmpl[] = "/tmp/kiln-test-XXXXXX";
   const int cfd = ::mkstemp(tmpl);
   if (cfd < 0) throw std::runtime_error("mkstemp failed");
@@ -31,8 +55,13 @@ kiln_process::kiln_process(const std::string& config_toml) {
   pid_ = ::fork();
   if (pid_ == 0) {
     ::dup2(out[1], STDOUT_FILENO);
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    if (!std::getenv("KILN_TEST_LOG")) ::dup2(devnull, STDERR_FILENO);
+    const int err = opts.stderr_path.empty() ? ::open("/dev/null", O_WRONLY)
+                                             : ::open(opts.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!std::getenv("KILN_TEST_LOG") || !opts.stderr_path.empty()) ::dup2(err, STDERR_FILENO);
+    if (opts.max_files > 0) {
+      rlimit lim{static_cast<rlim_t>(opts.max_files), static_cast<rlim_t>(opts.max_files)};
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
     ::close(out[0]);
     ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", "0", nullptr);
     std::_Exit(127);
@@ -82,6 +111,7 @@ int kiln_process::wait_exit(int timeout_ms) {
 
 std::string test_config(int replicas, int request_timeout_ms, int grace_ms) {
   return R"(region = "local"
+admin_key = "key-admin"
 [server]
 host = "127.0.0.1"
 port = 0

@@ -5,10 +5,15 @@
 
 namespace kiln::test {
 
+struct process_options {
+  std::string stderr_path;  ///< where kiln's stderr goes (access log); "" : /dev/null
+  long max_files = 0;       ///< > 0: RLIMIT_NOFILE (soft and hard) of the process
+};
+
 class kiln_process {
  public:
   /// Writes `config_toml` to a temp file and starts `kiln serve --config it --port 0`.
-  explicit kiln_process(const std::string& config_toml);
+  explicit kiln_process(const std::string& config_toml, process_options opts = {});
   ~kiln_process();
   kiln_process(const kiln_process&) = delete;
   kiln_process& operator=(const kiln_process&) = delete;
@@ -25,6 +30,12 @@ class kiln_process {
   std::string config_path_;
 };
 
+/// User + system CPU seconds a process has used (from /proc).
+double process_cpu_seconds(pid_t pid);
+/// Adds lines to the [server] table of a config made by test_config.
+std::string with_server(std::string config, const std::string& lines);
+/// The path of the kiln binary under test.
+const char* kiln_binary();
 /// The embedded default with overrides suited to tests (small limits, short timeouts).
 std::string test_config(int replicas = 2, int request_timeout_ms = 400, int grace_ms = 400);
 /// A [[pools]] entry for a cpu pool `model` on `dir` (created as a tiny model if absent).

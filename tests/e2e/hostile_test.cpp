@@ -1,0 +1,288 @@
+// kiln as a hostile client finds it: slow readers, descriptor exhaustion, HTTP/1.0 streams,
+// odd transfer codings, bodies without keys, health while draining, the access log of
+// aborted requests, NaN in config, and /metrics under promtool.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+
+using namespace kiln::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> kAuth = {"Authorization: Bearer key-search"};
+
+std::string chat(int max_tokens, bool stream = true) {
+  return std::string("{\"model\":\"chat-7b\",\"stream\":") + (stream ? "true" : "false") +
+         ",\"max_tokens\":" + std::to_string(max_tokens) + ",\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}]}";
+}
+
+// Steps take no modelled time: a stream produces tokens as fast as kiln can send them.
+std::string fast_config(const std::string& server_lines, int grace_ms = 400) {
+  std::string c = with_server(test_config(1, 400, grace_ms), server_lines);
+  const std::string text = "min_output_tokens = 200\nmax_output_tokens = 400\n";
+  c.replace(c.find(text), text.size(), "min_output_tokens = 30000\nmax_output_tokens = 30000\n");
+  return c + "[pools.gpu]\nhbm_bytes_per_s = 1e18\nflops_per_s = 1e18\nfixed_step_s = 0\n";
+}
+
+double metric_value(int port, const std::string& name) {
+  const std::string text = request(port, "GET", "/metrics").body;
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : ' ';
+    if (next != ' ' && next != '{') continue;
+    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
+  }
+  return sum;
+}
+
+bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return ok();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
+}
+
+// Reads what is left of a connection: true if the server has closed it (EOF or reset comes).
+bool closed_soon(http_conn& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!c.read_some().empty())
+    if (std::chrono::steady_clock::now() - t0 > 5s) return false;
+  return std::chrono::steady_clock::now() - t0 < 5s;
+}
+
+// A client that sends a long streaming request, then never reads.
+std::unique_ptr<http_conn> stalled_stream(int port) {
+  auto c = std::make_unique<http_conn>(port, 10000, /*rcvbuf=*/4096);
+  c->send_raw(make_request("POST", "/v1/chat/completions", chat(30000), kAuth));
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("hostile: a client that stops reading loses its stream at the write deadline; slot and connection are freed") {
+  kiln_process p(fast_config("write_timeout_ms = 500\n"));
+  auto c = stalled_stream(p.port());
+  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
+  // Its socket fills, the write waits past the deadline, and the stream is cancelled.
+  CHECK(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 0; }, 15s));
+  CHECK(eventually([&] { return metric_value(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+  CHECK(metric_value(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
+  CHECK(closed_soon(*c));
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth).status == 200);
+}
+
+TEST_CASE("hostile: the per-connection buffer cap holds when the deadline is far away") {
+  kiln_process p(fast_config("write_timeout_ms = 600000\nmax_buffered_bytes = 65536\n"));
+  auto c = stalled_stream(p.port());
+  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
+  CHECK(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 0; }, 15s));
+  CHECK(eventually([&] { return metric_value(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+  CHECK(metric_value(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
+  CHECK(closed_soon(*c));
+}
+
+TEST_CASE("hostile: SIGTERM with a client that never reads: kiln still exits soon after the grace period") {
+  kiln_process p(fast_config("write_timeout_ms = 600000\n", /*grace_ms=*/300));
+  auto c = stalled_stream(p.port());
+  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
+  std::this_thread::sleep_for(500ms);  // its socket is full by now
+  const auto t0 = std::chrono::steady_clock::now();
+  p.signal(SIGTERM);
+  CHECK(p.wait_exit(5000) == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);  // grace 0.3 s + at most 1 s to write the error
+}
+
+TEST_CASE("hostile: at the descriptor limit the accept loop backs off instead of spinning, and recovers") {
+  const std::string log = temp_path("kiln-fd-log");
+  kiln_process p(test_config(1), {log, /*max_files=*/64});
+  std::vector<std::unique_ptr<http_conn>> held;
+  for (int i = 0; i < 90; ++i) held.push_back(std::make_unique<http_conn>(p.port(), 2000));
+  std::this_thread::sleep_for(500ms);
+  const double cpu0 = process_cpu_seconds(p.pid());
+  std::this_thread::sleep_for(1500ms);
+  const double busy = process_cpu_seconds(p.pid()) - cpu0;
+  CHECK(busy < 0.5);  // a spinning accept loop would use the whole 1.5 s
+  CHECK(read_file(log).find("accept failed") != std::string::npos);
+  held.clear();
+  CHECK(eventually([&] { return request(p.port(), "GET", "/healthz").status == 200; }, 5s));
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth).status == 200);
+  std::remove(log.c_str());
+}
+
+TEST_CASE("hostile: HTTP/1.0 clients get close-delimited streams, never chunked") {
+  kiln_process p(test_config(1));
+  http_conn c(p.port());
+  const std::string body = chat(8);
+  c.send_raw("POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer key-search\r\n"
+             "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string raw;
+  for (std::string s = c.read_some(); !s.empty(); s = c.read_some()) raw += s;
+  const auto head_end = raw.find("\r\n\r\n");
+  REQUIRE(head_end != std::string::npos);
+  std::string head = raw.substr(0, head_end);
+  for (auto& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  CHECK(head.find(" 200 ") != std::string::npos);
+  CHECK(head.find("transfer-encoding") == std::string::npos);
+  CHECK(head.find("connection: close") != std::string::npos);
+  const std::string payload = raw.substr(head_end + 4);
+  CHECK(payload.rfind("data: {", 0) == 0);  // no chunk sizes in front
+  CHECK(payload.find("data: [DONE]\n\n") != std::string::npos);
+  CHECK(payload.size() >= std::string("data: [DONE]\n\n").size());
+  CHECK(payload.substr(payload.size() - 14) == "data: [DONE]\n\n");
+}
+
+TEST_CASE("hostile: a Transfer-Encoding whose last coding is not chunked gets 400 and the connection closes") {
+  kiln_process p(test_config(1));
+  for (const char* te : {"gzip", "chunked, gzip", "identity"}) {
+    CAPTURE(te);
+    http_conn c(p.port());
+    c.send_raw(std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-search\r\n"
+                           "Transfer-Encoding: ") + te + "\r\nConnection: keep-alive\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    const http_response r = c.read_response();
+    CHECK(r.status == 400);
+    CHECK(r.body.find("\"error\"") != std::string::npos);
+    CHECK(c.closed_within(2000));
+  }
+  CHECK(request(p.port(), "GET", "/healthz").status == 200);
+}
+
+TEST_CASE("hostile: authentication comes first: no key means 401 whatever the body, and a big body is never read") {
+  kiln_process p(test_config(1));
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", "{not json").status == 401);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", "{not json", {"Authorization: Bearer wrong"}).status == 401);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", "{not json", kAuth).status == 400);
+  // Headers announcing 10 MB, and no key: the answer comes without the body being sent.
+  http_conn c(p.port(), 3000);
+  c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: 10000000\r\n\r\n");
+  const http_response r = c.read_response();
+  CHECK(r.status == 401);
+  CHECK(r.headers.at("connection") == "close");
+  CHECK(c.closed_within(2000));
+  // Admin routes: a team key is forbidden before any body is looked at.
+  CHECK(request(p.port(), "POST", "/admin/chaos", "{not json", kAuth).status == 403);
+  CHECK(request(p.port(), "POST", "/admin/chaos", "{not json").status == 401);
+}
+
+TEST_CASE("hostile: /healthz answers 503 while draining, and new requests get 503 shutting_down") {
+  kiln_process p(test_config(1, 400, 3000));
+  http_conn c(p.port());
+  c.send_raw(make_request("POST", "/v1/chat/completions", chat(150), kAuth));
+  REQUIRE(c.read_head().status == 200);
+  p.signal(SIGTERM);
+  std::this_thread::sleep_for(100ms);
+  const http_response h = request(p.port(), "GET", "/healthz");
+  CHECK(h.status == 503);
+  CHECK(h.body.find("draining") != std::string::npos);
+  const http_response r = request(p.port(), "POST", "/v1/chat/completions", chat(5), kAuth);
+  CHECK(r.status == 503);
+  CHECK(r.body.find("shutting_down") != std::string::npos);
+  CHECK(r.headers.count("retry-after") == 1);
+  std::string body;
+  for (std::string s = c.read_some(); !s.empty(); s = c.read_some()) body += s;
+  CHECK(body.find("data: [DONE]") != std::string::npos);
+  CHECK(p.wait_exit(5000) == 0);
+}
+
+TEST_CASE("hostile: the access log keeps the team and token counts of aborted requests") {
+  const std::string log = temp_path("kiln-access-log");
+  {
+    kiln_process p(test_config(1, 400, 300), {log});
+    {
+      http_conn c(p.port());
+      c.send_raw(make_request("POST", "/v1/chat/completions", chat(2000), kAuth));
+      REQUIRE(c.read_head().status == 200);
+      std::string got;
+      while (got.find("\"content\":\" ") == std::string::npos) got += c.read_some();
+      std::this_thread::sleep_for(100ms);
+    }  // the client vanishes mid-stream
+    REQUIRE(eventually([&] { return read_file(log).find("status=499") != std::string::npos; }, 5s));
+    http_conn c(p.port());
+    c.send_raw(make_request("POST", "/v1/chat/completions", chat(20000), {"Authorization: Bearer key-assistant"}));
+    REQUIRE(c.read_head().status == 200);
+    c.read_some();
+    p.signal(SIGTERM);  // the grace runs out: the stream ends with shutting_down
+    CHECK(p.wait_exit(5000) == 0);
+  }
+  const std::string text = read_file(log);
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, std::regex("team=search model=chat-7b .*status=499 prompt_tokens=(\\d+) completion_tokens=(\\d+)")));
+  CHECK(std::stoi(m[1]) > 0);
+  CHECK(std::stoi(m[2]) > 0);
+  REQUIRE(std::regex_search(text, m, std::regex("team=assistant model=chat-7b .*status=503 prompt_tokens=(\\d+) completion_tokens=(\\d+)")));
+  CHECK(std::stoi(m[1]) > 0);
+  CHECK(std::stoi(m[2]) > 0);
+  std::remove(log.c_str());
+}
+
+TEST_CASE("hostile: a config with NaN or infinity is refused with one clear line") {
+  for (const char* value : {"nan", "inf", "-inf"}) {
+    CAPTURE(value);
+    const std::string path = temp_path("kiln-nan.toml");
+    std::ofstream(path) << test_config(1) << "[[pools]]\nmodel = \"x\"\nversion = \"v\"\ngpu_memory_fraction = " << value << "\n";
+    const std::string cmd = std::string(kiln_binary()) + " config show --config " + path + " 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    const int status = ::pclose(pipe);
+    CHECK(WEXITSTATUS(status) == 1);
+    CHECK(out.find("pools[1].gpu_memory_fraction must be between 0.05 and 0.99") != std::string::npos);
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("hostile: /metrics passes promtool check metrics") {
+  if (::access("/usr/bin/promtool", X_OK) != 0) {
+    MESSAGE("skipped: promtool not installed (Debian package prometheus)");
+    return;
+  }
+  kiln_process p(test_config(2));
+  request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth);
+  request(p.port(), "POST", "/v1/chat/completions", "{", kAuth);
+  request(p.port(), "POST", "/admin/chaos", R"({"target":"engine","id":"chat-7b-v1-r0","action":"kill"})",
+          {"Authorization: Bearer key-admin"});
+  std::this_thread::sleep_for(200ms);
+  const std::string path = temp_path("kiln-metrics.txt");
+  std::ofstream(path) << request(p.port(), "GET", "/metrics").body;
+  const std::string cmd = "/usr/bin/promtool check metrics < " + path + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  const int status = ::pclose(pipe);
+  CAPTURE(out);
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(out.empty());
+  std::remove(path.c_str());
+}
