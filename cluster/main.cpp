@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/chaos_cli.hpp"
 #include "cluster/node.hpp"
 #include "config/config.hpp"
 #include "engine/model_dir.hpp"
@@ -18,6 +19,10 @@ constexpr std::string_view kUsage =
     "                                          when no file is given)\n"
     "  kiln make-tiny-model DIR [--size S]    write a small Llama model with random weights and a\n"
     "                                          trained BPE tokenizer (S: tiny, small, 100m)\n"
+    "  kiln chaos --url URL --admin-key K [--every 2s] [--for 60s] [--target replica|engine|router]\n"
+    "             [--action kill|freeze|slow] [--seconds 5s]\n"
+    "                                          a drill against a running kiln: hit a random target\n"
+    "                                          every period, print it and the pool state after\n"
     "  kiln help\n";
 
 int usage_error(const std::string& msg) {
@@ -79,6 +84,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     return kiln::cluster::serve(std::get<kiln::config::kiln_config>(cfg), {a.port}, std::cout);
+  }
+  if (v[0] == "chaos") {
+    const int rc = kiln::cluster::run_chaos({v.begin() + 1, v.end()}, std::cout, std::cerr);
+    if (rc == 2) std::cerr << kUsage;
+    return rc;
   }
   if (v[0] == "make-tiny-model") {
     if (v.size() < 2 || v[1].rfind("--", 0) == 0) return usage_error("make-tiny-model needs a directory");

@@ -1,0 +1,136 @@
+#include "cluster/chaos_cli.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster/http_call.hpp"
+
+namespace kiln::cluster {
+
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+struct chaos_options {
+  std::string host;
+  int port = 0;
+  std::string admin_key;
+  double every_s = 2;
+  double for_s = 60;
+  std::string target = "replica";
+  std::string action = "kill";
+  double seconds = 5;
+};
+
+/// "2s", "500ms", "1m", "1.5" (seconds); negative when it is none of these.
+double parse_duration(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v > 0)) return -1;
+  const std::string unit(end);
+  if (unit.empty() || unit == "s") return v;
+  if (unit == "ms") return v / 1000;
+  if (unit == "m") return v * 60;
+  return -1;
+}
+
+bool parse(const std::vector<std::string>& args, chaos_options& o, std::string& err) {
+  std::string url;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    if (i + 1 >= args.size()) {
+      err = f + " needs a value";
+      return false;
+    }
+    const std::string& v = args[++i];
+    if (f == "--url") url = v;
+    else if (f == "--admin-key") o.admin_key = v;
+    else if (f == "--every") o.every_s = parse_duration(v);
+    else if (f == "--for") o.for_s = parse_duration(v);
+    else if (f == "--seconds") o.seconds = parse_duration(v);
+    else if (f == "--target") o.target = v;
+    else if (f == "--action") o.action = v;
+    else {
+      err = "unknown option '" + f + "'";
+      return false;
+    }
+  }
+  if (!parse_url(url, o.host, o.port)) err = "--url must be http://HOST:PORT (got '" + url + "')";
+  else if (o.admin_key.empty()) err = "--admin-key is required";
+  else if (o.every_s <= 0 || o.for_s <= 0 || o.seconds <= 0) err = "--every, --for and --seconds take durations such as 2s or 500ms";
+  else if (o.target != "replica" && o.target != "engine" && o.target != "router") err = "--target must be replica, engine or router";
+  else if (o.action != "kill" && o.action != "freeze" && o.action != "slow") err = "--action must be kill, freeze or slow";
+  return err.empty();
+}
+
+std::string row(const json& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, "    %-24s %-9s %-11s restarts=%-3d queue=%-4d tokens_in_flight=%lld",
+                r.value("replica_id", "?").c_str(), r.value("state", "?").c_str(),
+                r.value("in_ranking", false) ? "in-ranking" : "off-ranking", r.value("restarts", 0),
+                r.value("queue_depth", 0), static_cast<long long>(r.value("tokens_in_flight", 0LL)));
+  return line;
+}
+
+}  // namespace
+
+int run_chaos(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  chaos_options o;
+  std::string why;
+  if (!parse(args, o, why)) {
+    err << "kiln chaos: " << why << "\n";
+    return 2;
+  }
+  const std::vector<std::string> auth = {"Authorization: Bearer " + o.admin_key, "Content-Type: application/json"};
+  const auto t0 = clock_type::now();
+  const auto period = std::chrono::duration<double>(o.every_s);
+  int hits = 0, misses = 0;
+  for (int k = 0;; ++k) {
+    const auto at = t0 + std::chrono::duration_cast<clock_type::duration>(period * k);
+    if (std::chrono::duration<double>(at - t0).count() >= o.for_s) break;
+    std::this_thread::sleep_until(at);
+    const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
+    const json order = {{"target", o.target}, {"id", "random"}, {"action", o.action}, {"seconds", o.seconds}};
+    auto reply = http_call(o.host, o.port, "POST", "/admin/chaos", auth, order.dump());
+    char stamp[32];
+    std::snprintf(stamp, sizeof stamp, "[%7.2fs] ", t);
+    if (auto* e = std::get_if<std::string>(&reply)) {
+      err << "kiln chaos: " << *e << "\n";
+      return 1;
+    }
+    const auto& r = std::get<http_reply>(reply);
+    const json body = json::parse(r.body, nullptr, false);
+    if (r.status == 401 || r.status == 403) {
+      err << "kiln chaos: the admin key was refused (" << r.status << ")\n";
+      return 1;
+    }
+    if (r.status != 200 || body.is_discarded()) {
+      ++misses;
+      out << stamp << "no " << o.action << ": "
+          << (body.is_object() && body.contains("error") ? body["error"].value("message", r.body) : r.body) << "\n";
+      continue;
+    }
+    ++hits;
+    const std::string model = body.value("model", "");
+    out << stamp << o.action << " " << body.value("target", "") << " " << body.value("id", "") << " (" << model << "@"
+        << body.value("version", "") << ")\n";
+    // The pool as its router sees it just after.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto state = http_call(o.host, o.port, "GET", "/admin/pools/" + model + "/state", auth, "");
+    if (auto* s = std::get_if<http_reply>(&state); s && s->status == 200) {
+      const json st = json::parse(s->body, nullptr, false);
+      if (st.is_object() && st.contains("replicas"))
+        for (const auto& rep : st["replicas"]) out << row(rep) << "\n";
+    }
+    out.flush();
+  }
+  out << "kiln chaos: " << hits << " " << o.action << (hits == 1 ? "" : "s") << " done, " << misses << " refused\n";
+  return 0;
+}
+
+}  // namespace kiln::cluster
