@@ -36,15 +36,6 @@ json replica(const json& st, const std::string& id) {
   return json();
 }
 
-bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return ok();
-}
-
 std::string run(const std::string& args, int& exit_code) {
   FILE* pipe = ::popen((std::string(kiln_binary()) + " " + args + " 2>&1").c_str(), "r");
   REQUIRE(pipe);

@@ -44,29 +44,6 @@ std::vector<stream_spec> drill_requests(int n, const std::string& key) {
   return specs;
 }
 
-double metric(int port, const std::string& name) {
-  const std::string text = request(port, "GET", "/metrics").body;
-  double sum = 0;
-  std::size_t at = 0;
-  while ((at = text.find("\n" + name, at)) != std::string::npos) {
-    const auto eol = text.find('\n', at + 1);
-    const std::string line = text.substr(at + 1, eol - at - 1);
-    at = eol;
-    const char next = line[name.size()];
-    if (next == ' ' || next == '{') sum += std::atof(line.c_str() + line.rfind(' ') + 1);
-  }
-  return sum;
-}
-
-bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return ok();
-}
-
 void chaos(int port, const std::string& id, const std::string& action) {
   const http_response r = request(port, "POST", "/admin/chaos",
                                   "{\"target\":\"replica\",\"id\":\"" + id + "\",\"action\":\"" + action + "\",\"seconds\":5}",

@@ -39,28 +39,6 @@ std::string fast_config(const std::string& server_lines, int grace_ms = 400) {
   return c + "[pools.gpu]\nhbm_bytes_per_s = 1e18\nflops_per_s = 1e18\nfixed_step_s = 0\n";
 }
 
-double metric_value(int port, const std::string& name) {
-  const std::string text = request(port, "GET", "/metrics").body;
-  double sum = 0;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : ' ';
-    if (next != ' ' && next != '{') continue;
-    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
-  }
-  return sum;
-}
-
-bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return ok();
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -90,11 +68,11 @@ std::unique_ptr<http_conn> stalled_stream(int port) {
 TEST_CASE("hostile: a client that stops reading loses its stream at the write deadline; slot and connection are freed") {
   kiln_process p(fast_config("write_timeout_ms = 500\n"));
   auto c = stalled_stream(p.port());
-  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
+  REQUIRE(eventually([&] { return metric(p.port(), "kiln_open_streams") == 1; }, 5s));
   // Its socket fills, the write waits past the deadline, and the stream is cancelled.
-  CHECK(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 0; }, 15s));
-  CHECK(eventually([&] { return metric_value(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
-  CHECK(metric_value(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
+  CHECK(eventually([&] { return metric(p.port(), "kiln_open_streams") == 0; }, 15s));
+  CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+  CHECK(metric(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
   CHECK(closed_soon(*c));
   CHECK(request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth).status == 200);
 }
@@ -102,17 +80,17 @@ TEST_CASE("hostile: a client that stops reading loses its stream at the write de
 TEST_CASE("hostile: the per-connection buffer cap holds when the deadline is far away") {
   kiln_process p(fast_config("write_timeout_ms = 600000\nmax_buffered_bytes = 65536\n"));
   auto c = stalled_stream(p.port());
-  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
-  CHECK(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 0; }, 15s));
-  CHECK(eventually([&] { return metric_value(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
-  CHECK(metric_value(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
+  REQUIRE(eventually([&] { return metric(p.port(), "kiln_open_streams") == 1; }, 5s));
+  CHECK(eventually([&] { return metric(p.port(), "kiln_open_streams") == 0; }, 15s));
+  CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+  CHECK(metric(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
   CHECK(closed_soon(*c));
 }
 
 TEST_CASE("hostile: SIGTERM with a client that never reads: kiln still exits soon after the grace period") {
   kiln_process p(fast_config("write_timeout_ms = 600000\n", /*grace_ms=*/300));
   auto c = stalled_stream(p.port());
-  REQUIRE(eventually([&] { return metric_value(p.port(), "kiln_open_streams") == 1; }, 5s));
+  REQUIRE(eventually([&] { return metric(p.port(), "kiln_open_streams") == 1; }, 5s));
   std::this_thread::sleep_for(500ms);  // its socket is full by now
   const auto t0 = std::chrono::steady_clock::now();
   p.signal(SIGTERM);

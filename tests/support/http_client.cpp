@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <cctype>
 #include <cstring>
 #include <utility>
@@ -144,6 +146,37 @@ std::vector<std::string> sse_data(const std::string& body) {
     pos = end + 1;
   }
   return out;
+}
+
+}  // namespace kiln::test
+
+namespace kiln::test {
+
+double metric_sum(const std::string& text, const std::string& name) {
+  double sum = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (name.find('{') == std::string::npos && next != ' ' && next != '{') continue;
+    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
+  }
+  return sum;
+}
+
+double metric(int port, const std::string& name) { return metric_sum(request(port, "GET", "/metrics").body, name); }
+
+bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ok();
 }
 
 }  // namespace kiln::test

@@ -1,6 +1,8 @@
 #pragma once
 // A small blocking HTTP/1.1 client over loopback for the end-to-end tests: raw sockets,
 // Content-Length and chunked bodies, and SSE event splitting.
+#include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,6 +46,13 @@ std::string make_request(const std::string& method, const std::string& path, con
                          const std::vector<std::string>& headers = {}, bool keep_alive = false);
 http_response request(int port, const std::string& method, const std::string& path, const std::string& body = "",
                       const std::vector<std::string>& headers = {});
+/// The sum of a metric's samples in Prometheus text: `name` with any labels, or, when `name`
+/// has a '{', the series that start with it (kiln_requests_total{status="499"}).
+double metric_sum(const std::string& text, const std::string& name);
+/// metric_sum over the server's /metrics now.
+double metric(int port, const std::string& name);
+/// Polls `ok` until it holds or `within` has passed; its last answer.
+bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within);
 /// The payloads of every "data:" line of an SSE body.
 std::vector<std::string> sse_data(const std::string& body);
 
