@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <caf/all.hpp>
 #include <xxhash.h>
@@ -40,14 +41,30 @@ int router_shard_state::missed_beats(const entry& e, caf::actor_clock::time_poin
   return periods < 1.5 ? 0 : static_cast<int>(std::floor(periods - 0.5));
 }
 
+caf::actor_clock::time_point router_shard_state::beat_cutoff(caf::actor_clock::time_point now) const {
+  // missed_beats reaches 3 once 3.5 periods have passed since the last beat.
+  return now - (cfg.heartbeat * (2 * kMissedBeatsOut + 1)) / 2;
+}
+
 bool router_shard_state::in_ranking(const entry& e, caf::actor_clock::time_point now) const {
-  return e.phase == replica_phase::serving && e.engine && e.beat && missed_beats(e, now) < kMissedBeatsOut;
+  return e.phase == replica_phase::serving && e.engine && e.beat && e.last_beat > beat_cutoff(now);
+}
+
+router_shard_state::entry& router_shard_state::add_replica(const std::string& id, caf::actor replica) {
+  entry e;
+  e.replica_id = id;
+  e.id_hash = XXH3_64bits(id.data(), id.size());
+  e.replica = std::move(replica);
+  replicas.push_back(std::move(e));
+  return replicas.back();
 }
 
 int router_shard_state::pick(std::uint64_t key, std::int64_t tokens, caf::actor_clock::time_point now,
                              const std::vector<std::string>& exclude) const {
+  const auto cutoff = beat_cutoff(now);
   auto eligible = [&](const entry& e) {
-    return in_ranking(e, now) && std::find(exclude.begin(), exclude.end(), e.replica_id) == exclude.end();
+    return e.phase == replica_phase::serving && e.engine && e.beat && e.last_beat > cutoff &&
+           (exclude.empty() || std::find(exclude.begin(), exclude.end(), e.replica_id) == exclude.end());
   };
   std::int64_t total = tokens;
   std::size_t n = 0;
@@ -65,7 +82,7 @@ int router_shard_state::pick(std::uint64_t key, std::int64_t tokens, caf::actor_
     if (!eligible(e)) continue;
     if (least < 0 || e.tokens() < replicas[static_cast<std::size_t>(least)].tokens()) least = static_cast<int>(i);
     if (static_cast<double>(e.tokens()) > bound) continue;
-    const std::uint64_t score = mix(key, XXH3_64bits(e.replica_id.data(), e.replica_id.size()));
+    const std::uint64_t score = mix(key, e.id_hash);
     if (best < 0 || score > best_score) {
       best = static_cast<int>(i);
       best_score = score;
@@ -185,13 +202,25 @@ void retry_or_fail(stateful* self, owned_request& o, errc code, const std::strin
   dispatch(self, o, code);
 }
 
+void arm_sweep(stateful* self) {
+  auto& st = self->state;
+  if (st.sweep_armed) return;
+  std::optional<caf::actor_clock::time_point> next;
+  if (!st.first_token_due.empty()) next = st.first_token_due.front().first;
+  if (!st.end_due.empty() && (!next || st.end_due.front().first < *next)) next = st.end_due.front().first;
+  if (!next) return;
+  st.sweep_armed = true;
+  self->delayed_send(self, std::max(caf::timespan{0}, *next - self->clock().now()), tick_atom::value);
+}
+
 void own(stateful* self, request& r) {
   auto& st = self->state;
-  const request_id id = r.id;
-  owned_request& o = st.owned.add(std::move(r), self->clock().now());
-  self->delayed_send(self, st.cfg.first_token_timeout, deadline{id, true});
-  self->delayed_send(self, st.cfg.request_timeout, deadline{id, false});
+  const auto now = self->clock().now();
+  st.first_token_due.emplace_back(now + st.cfg.first_token_timeout, r.id);
+  st.end_due.emplace_back(now + st.cfg.request_timeout, r.id);
+  owned_request& o = st.owned.add(std::move(r), now);
   dispatch(self, o, errc::replica_lost);
+  arm_sweep(self);
 }
 
 void on_done(stateful* self, job_done& d) {
@@ -218,15 +247,33 @@ void on_done(stateful* self, job_done& d) {
   st.owned.erase(d.id);
 }
 
-void on_deadline(stateful* self, const deadline& d) {
+void expire(stateful* self, const request_id& id, bool first_token) {
   auto& st = self->state;
-  owned_request* o = st.owned.find(d.id);
-  if (!o || (d.first_token && o->first_token)) return;
-  if (o->engine) self->send(o->engine, cancel_job{d.id});
-  const auto limit = d.first_token ? st.cfg.first_token_timeout : st.cfg.request_timeout;
+  owned_request* o = st.owned.find(id);
+  if (!o || (first_token && o->first_token)) return;
+  if (o->engine) self->send(o->engine, cancel_job{id});
+  const auto limit = first_token ? st.cfg.first_token_timeout : st.cfg.request_timeout;
   fail(self, *o, errc::timed_out,
-       std::string(d.first_token ? "No first token within " : "The request did not finish within ") +
+       std::string(first_token ? "No first token within " : "The request did not finish within ") +
            std::to_string(static_cast<long long>(ms(limit))) + " ms.");
+}
+
+// Ends what is due (requests that ended meanwhile are skipped), then arms for the next.
+void sweep(stateful* self) {
+  auto& st = self->state;
+  st.sweep_armed = false;
+  const auto now = self->clock().now();
+  while (!st.first_token_due.empty() && st.first_token_due.front().first <= now) {
+    const request_id id = st.first_token_due.front().second;
+    st.first_token_due.pop_front();
+    expire(self, id, true);
+  }
+  while (!st.end_due.empty() && st.end_due.front().first <= now) {
+    const request_id id = st.end_due.front().second;
+    st.end_due.pop_front();
+    expire(self, id, false);
+  }
+  arm_sweep(self);
 }
 
 // An engine ended: its requests were lost with it (those it failed itself said so first).
@@ -265,18 +312,15 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       [self](replica_set& set) {
         auto& st = self->state;
         st.replicas.clear();
-        for (std::size_t i = 0; i < set.replicas.size(); ++i) {
-          router_shard_state::entry e;
-          e.replica_id = set.ids[i];
-          e.replica = set.replicas[i];
-          st.replicas.push_back(std::move(e));
-        }
+        for (std::size_t i = 0; i < set.replicas.size(); ++i) st.add_replica(set.ids[i], set.replicas[i]);
       },
       [self](replica_up& up) {
         auto* e = self->state.find_replica(up.replica_id);
         if (!e) return;
+        const std::uint64_t id_hash = e->id_hash;
         *e = {};
         e->replica_id = up.replica_id;
+        e->id_hash = id_hash;
         e->replica = up.replica;
       },
       [self](replica_status& s) {
@@ -290,7 +334,7 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       [self](job_failed& f) {
         if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message);
       },
-      [self](deadline& d) { on_deadline(self, d); },
+      [self](tick_atom) { sweep(self); },
       [self](state_atom) { return self->state.view(self->clock().now()); },
       [self](chaos_order& o) {
         if (o.action == chaos_action::freeze) freeze(self, o.seconds);

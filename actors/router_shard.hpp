@@ -15,6 +15,7 @@
 // the next replica in rank (at most twice, within a retry budget); after it the client gets
 // one error event. Deadlines (first token, whole request) end requests that take too long.
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,20 +99,10 @@ typename Inspector::result_type inspect(Inspector& f, replica_up& x) {
   return f(caf::meta::type_name("replica_up"), x.replica_id, x.replica);
 }
 
-/// A request's deadline came: for its first token, or for its end.
-struct deadline {
-  request_id id;
-  bool first_token = false;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, deadline& x) {
-  return f(caf::meta::type_name("deadline"), x.id, x.first_token);
-}
-
 struct router_shard_state {
   struct entry {
     std::string replica_id;
+    std::uint64_t id_hash = 0;        ///< of replica_id: its rendezvous weight's half
     caf::actor replica;
     caf::actor engine;                ///< where requests go while it serves
     replica_phase phase = replica_phase::starting;
@@ -128,6 +119,10 @@ struct router_shard_state {
   router_settings cfg;
   std::vector<entry> replicas;
   ownership owned;
+  /// Deadlines in the order they fall due (each pool's timeouts are constant, so arrival
+  /// order is deadline order); one timer, armed for the earliest, sweeps them.
+  std::deque<std::pair<caf::actor_clock::time_point, request_id>> first_token_due, end_due;
+  bool sweep_armed = false;
   std::uint64_t retried = 0;
   std::shared_ptr<fleet_gauges> gauges;
 
@@ -135,6 +130,10 @@ struct router_shard_state {
   /// was due.
   int missed_beats(const entry& e, caf::actor_clock::time_point now) const;
   bool in_ranking(const entry& e, caf::actor_clock::time_point now) const;
+  /// A replica whose last beat is older than this is out (3 beats missed by `now`).
+  caf::actor_clock::time_point beat_cutoff(caf::actor_clock::time_point now) const;
+  /// Adds a replica the router does not know yet.
+  entry& add_replica(const std::string& id, caf::actor replica);
   /// Index of the replica for `key` carrying `tokens` more, among ranked replicas not in
   /// `exclude`; -1 when there is none.
   int pick(std::uint64_t key, std::int64_t tokens, caf::actor_clock::time_point now,

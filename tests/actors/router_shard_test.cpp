@@ -34,11 +34,7 @@ struct router_fixture : test::actor_fixture {
       st.on_status(s, t0);
     }
   }
-  void router_entry(const std::string& id) {
-    actors::router_shard_state::entry e;
-    e.replica_id = id;
-    st.replicas.push_back(e);
-  }
+  void router_entry(const std::string& id) { st.add_replica(id, caf::actor{}); }
   ~router_fixture() {
     for (auto& e : st.replicas) caf::anon_send_exit(e.engine, caf::exit_reason::user_shutdown);
     vt.run_ready();
