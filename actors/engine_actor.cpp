@@ -234,6 +234,7 @@ void on_chaos(stateful* self, const chaos_order& o) {
       self->delayed_send(self, seconds_span(o.seconds), unslow_atom::value);
       break;
     case chaos_action::kill: self->quit(caf::exit_reason::kill); break;
+    case chaos_action::fail: fail_all(self, "injected device failure (chaos)"); break;
   }
 }
 

@@ -169,10 +169,13 @@ typename Inspector::result_type inspect(Inspector& f, replica_status& x) {
 
 // --- chaos ---
 
-enum class chaos_action : std::uint8_t { kill, freeze, slow };
+/// kill: an untrappable exit, as a crash; freeze: stop answering for a while; slow: step
+/// time x factor for a while; fail: the engine's device fails (every request it holds gets
+/// engine_failed and the engine ends, as on a GPU error).
+enum class chaos_action : std::uint8_t { kill, freeze, slow, fail };
 std::string_view to_string(chaos_action a);
 
-/// Freeze: stop answering for `seconds`; slow: step time x `factor` for `seconds`.
+/// Freeze: stop answering for `seconds`; slow: step time x `factor` for `seconds`; fail.
 /// (Kill is an exit message, not this.)
 struct chaos_order {
   chaos_action action = chaos_action::freeze;

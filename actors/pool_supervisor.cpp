@@ -228,10 +228,11 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
           self->send(target, engine_chaos{c.order, c.action == chaos_action::kill});
         } else if (c.action == chaos_action::kill) {
           caf::anon_send_exit(target, caf::exit_reason::kill);
-        } else if (c.target == chaos_target::router && c.action == chaos_action::slow) {
-          return caf::make_error(caf::sec::invalid_argument, "a router cannot be slowed");
+        } else if (c.target == chaos_target::router && c.action != chaos_action::freeze) {
+          return caf::make_error(caf::sec::invalid_argument, "a router can be killed or frozen, not " +
+                                                                 std::string(to_string(c.action)));
         } else {
-          self->send(target, c.order);
+          self->send(target, c.order);  // a replica passes slow and fail on to its engine
         }
         return std::string(to_string(c.action));
       },

@@ -65,7 +65,8 @@ void on_chaos(stateful* self, const chaos_order& o) {
   switch (o.action) {
     case chaos_action::freeze: freeze(self, o.seconds); break;
     case chaos_action::slow:
-      if (auto e = self->state.engine()) self->send(e, o);
+    case chaos_action::fail:
+      if (auto e = self->state.engine()) self->send(e, o);  // its engine's, not its own
       break;
     case chaos_action::kill: self->quit(caf::exit_reason::kill); break;
   }

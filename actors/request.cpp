@@ -80,6 +80,7 @@ std::string_view to_string(chaos_action a) {
     case chaos_action::kill: return "kill";
     case chaos_action::freeze: return "freeze";
     case chaos_action::slow: return "slow";
+    case chaos_action::fail: return "fail";
   }
   return "kill";
 }

@@ -64,7 +64,8 @@ bool parse(const std::vector<std::string>& args, chaos_options& o, std::string& 
   else if (o.admin_key.empty()) err = "--admin-key is required";
   else if (o.every_s <= 0 || o.for_s <= 0 || o.seconds <= 0) err = "--every, --for and --seconds take durations such as 2s or 500ms";
   else if (o.target != "replica" && o.target != "engine" && o.target != "router") err = "--target must be replica, engine or router";
-  else if (o.action != "kill" && o.action != "freeze" && o.action != "slow") err = "--action must be kill, freeze or slow";
+  else if (o.action != "kill" && o.action != "freeze" && o.action != "slow" && o.action != "fail")
+    err = "--action must be kill, freeze, slow or fail";
   return err.empty();
 }
 
@@ -124,6 +125,11 @@ int run_chaos(const std::vector<std::string>& args, std::ostream& out, std::ostr
     auto state = http_call(o.host, o.port, "GET", "/admin/pools/" + model + "/state", auth, "");
     if (auto* s = std::get_if<http_reply>(&state); s && s->status == 200) {
       const json st = json::parse(s->body, nullptr, false);
+      if (st.is_object() && st.contains("versions"))
+        for (const auto& v : st["versions"])
+          out << "  pool " << model << "@" << v.value("version", "?") << ": " << v.value("status", "?")
+              << ", restarts=" << v.value("restarts", 0) << ", retried=" << v.value("retried", 0)
+              << ", active_requests=" << v.value("active_requests", 0) << "\n";
       if (st.is_object() && st.contains("replicas"))
         for (const auto& rep : st["replicas"]) out << row(rep) << "\n";
     }

@@ -20,7 +20,7 @@ constexpr std::string_view kUsage =
     "  kiln make-tiny-model DIR [--size S]    write a small Llama model with random weights and a\n"
     "                                          trained BPE tokenizer (S: tiny, small, 100m)\n"
     "  kiln chaos --url URL --admin-key K [--every 2s] [--for 60s] [--target replica|engine|router]\n"
-    "             [--action kill|freeze|slow] [--seconds 5s]\n"
+    "             [--action kill|freeze|slow|fail] [--seconds 5s]\n"
     "                                          a drill against a running kiln: hit a random target\n"
     "                                          every period, print it and the pool state after\n"
     "  kiln help\n";

@@ -123,7 +123,8 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
   if (a == "kill") c.action = actors::chaos_action::kill;
   else if (a == "freeze") c.action = actors::chaos_action::freeze;
   else if (a == "slow") c.action = actors::chaos_action::slow;
-  else return bad("'action' must be kill, freeze or slow.", "action");
+  else if (a == "fail") c.action = actors::chaos_action::fail;
+  else return bad("'action' must be kill, freeze, slow or fail.", "action");
   const json seconds = body.value("seconds", json(5.0));
   if (!seconds.is_number() || !(seconds.get<double>() > 0 && seconds.get<double>() <= 3600))
     return bad("'seconds' must be a number in (0, 3600].", "seconds");
@@ -140,7 +141,8 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
                                       if (!r) return answer_failure(f, ex, r.error());
                                       json out = {{"target", r->target}, {"id", r->id},           {"model", r->model},
                                                   {"version", r->version}, {"action", r->action}};
-                                      if (c.action != actors::chaos_action::kill) out["seconds"] = c.order.seconds;
+                                      if (c.action == actors::chaos_action::freeze || c.action == actors::chaos_action::slow)
+                                        out["seconds"] = c.order.seconds;
                                       if (c.action == actors::chaos_action::slow) out["factor"] = c.order.factor;
                                       answer_json(ex, 200, out);
                                     });

@@ -61,7 +61,7 @@ class exchange_impl final : public exchange {
   void respond(int status, std::string body, std::string_view content_type, const header_list& extra) override;
   void begin_stream() override;
   void stream(std::string_view sse) override;
-  void end_stream(int status) override;
+  void end_stream(int status, std::string_view last) override;
   bool streaming() const override;
   void post(std::function<void()> fn) override;
   void on_interrupt(std::function<void(interruption)> fn) override { interrupt_ = std::move(fn); }
@@ -156,18 +156,13 @@ class connection_impl final : public connection, public std::enable_shared_from_
 
   void stream(std::uint64_t serial, std::string_view sse) {
     if (!active(serial) || !streaming_ || sse.empty()) return;
-    if (chunked_) {
-      frame_.clear();
-      append_http_chunk(frame_, sse);
-      append(frame_);
-    } else {
-      append(sse);
-    }
+    frame(sse);
     flush();
   }
 
-  void end_stream(std::uint64_t serial, int status) {
+  void end_stream(std::uint64_t serial, int status, std::string_view last) {
     if (!active(serial) || !streaming_) return;
+    frame(last);
     if (chunked_) append(kLastChunk);
     finish(status);
   }
@@ -333,6 +328,14 @@ class connection_impl final : public connection, public std::enable_shared_from_
       return;
     }
     outbox_.append(bytes.data(), bytes.size());
+  }
+
+  void frame(std::string_view sse) {
+    if (sse.empty()) return;
+    if (!chunked_) return append(sse);
+    frame_.clear();
+    append_http_chunk(frame_, sse);
+    append(frame_);
   }
 
   void finish(int status) {
@@ -508,8 +511,8 @@ void exchange_impl::begin_stream() {
 void exchange_impl::stream(std::string_view sse) {
   if (auto c = conn_.lock()) c->stream(serial_, sse);
 }
-void exchange_impl::end_stream(int status) {
-  if (auto c = conn_.lock()) c->end_stream(serial_, status);
+void exchange_impl::end_stream(int status, std::string_view last) {
+  if (auto c = conn_.lock()) c->end_stream(serial_, status, last);
 }
 bool exchange_impl::streaming() const {
   auto c = conn_.lock();

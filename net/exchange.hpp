@@ -61,8 +61,10 @@ class exchange {
   virtual void begin_stream() = 0;
   /// SSE bytes (whole events) to append to the stream.
   virtual void stream(std::string_view sse) = 0;
-  /// The stream is complete; `status` is what the access log records.
-  virtual void end_stream(int status) = 0;
+  /// The stream is complete after `last` (its final events, written with the end in one go,
+  /// so a client that closes on [DONE] has had everything); `status` is what the access log
+  /// records.
+  virtual void end_stream(int status, std::string_view last = {}) = 0;
   virtual bool streaming() const = 0;
   /// Runs `fn` on the connection's strand if this exchange is still in progress then.
   virtual void post(std::function<void()> fn) = 0;

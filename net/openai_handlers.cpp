@@ -64,8 +64,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
       append_sse_event(sse_, chunk_finish_json(meta_, ev.finish_reason));
       append_sse_event(sse_, chunk_usage_json(meta_, u));
       append_sse_event(sse_, kSseDone);
-      flush();
-      ex_->end_stream(200);
+      ex_->end_stream(200, sse_);
     } else {
       ex_->respond(200, completion_json(meta_, text_, ev.finish_reason, u));
     }
@@ -94,8 +93,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
     // Mid-stream: exactly one error event, then [DONE].
     append_sse_event(sse_, error_json(e));
     append_sse_event(sse_, kSseDone);
-    flush();
-    ex_->end_stream(e.status);
+    ex_->end_stream(e.status, sse_);
   }
 
  private:

@@ -117,6 +117,40 @@ TEST_CASE("lifecycle: after the first token a lost replica means exactly one err
   }
 }
 
+TEST_CASE("lifecycle: an engine that fails (a device error): before the first token the request moves on; after it, one engine_failed event") {
+  const std::string expected = reference_text("the device fails", 21, 40);
+  test::node_fixture f(node_config(2));
+  auto early = f.submit(40, "the device fails", 21);
+  f.vt.run_ready();
+  const std::string first = f.busy_replica();
+  REQUIRE(f.chaos(chaos_target::engine, first, chaos_action::fail));
+  REQUIRE(f.vt.run_until([&] { return early.rec->terminal(); }, 30s));
+  REQUIRE(early.rec->ends.size() == 1);
+  CHECK(early.rec->errors.empty());
+  CHECK(early.rec->text() == expected);
+  CHECK(early.rec->ends[0].attempts == 2);
+  CHECK(early.rec->ends[0].replica_id != first);
+  f.vt.run_for(2s);  // its replica started a fresh engine
+  auto late = f.submit(2000, "a long one");
+  REQUIRE(f.vt.run_until([&] { return !late.rec->tokens.empty(); }, 10s));
+  const std::string second = f.busy_replica();
+  REQUIRE(f.chaos(chaos_target::replica, second, chaos_action::fail));  // a replica passes it to its engine
+  REQUIRE(f.vt.run_until([&] { return late.rec->terminal(); }, 10s));
+  REQUIRE(late.rec->errors.size() == 1);
+  CHECK(late.rec->errors[0].code == errc::engine_failed);
+  CHECK(late.rec->ends.empty());
+  f.vt.run_for(2s);
+  std::uint32_t engine_restarts = 0;
+  for (const auto& r : f.pool().replicas) {
+    CHECK(r.phase == "serving");
+    engine_restarts += r.restarts;
+  }
+  CHECK(engine_restarts == 2);  // each failed engine was started again by its replica
+  CHECK(f.pool().restarts == 0);
+  // A router cannot fail; it can only be killed or frozen.
+  CHECK_FALSE(f.chaos(chaos_target::router, "chat-7b@v1", chaos_action::fail));
+}
+
 TEST_CASE("lifecycle: the retry budget caps retries in flight; the rest get 503 with Retry-After") {
   std::vector<std::string> expected;
   {
