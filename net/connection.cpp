@@ -54,8 +54,9 @@ class connection_impl;
 // progress on the connection.
 class exchange_impl final : public exchange {
  public:
-  exchange_impl(std::weak_ptr<connection_impl> c, std::uint64_t serial, http_request req, caller who)
-      : conn_(std::move(c)), serial_(serial), req_(std::move(req)), who_(std::move(who)) {}
+  exchange_impl(std::weak_ptr<connection_impl> c, asio::any_io_executor strand, std::uint64_t serial, http_request req,
+                caller who)
+      : conn_(std::move(c)), strand_(std::move(strand)), serial_(serial), req_(std::move(req)), who_(std::move(who)) {}
   const http_request& request() const override { return req_; }
   const caller& who() const override { return who_; }
   void respond(int status, std::string body, std::string_view content_type, const header_list& extra) override;
@@ -77,6 +78,7 @@ class exchange_impl final : public exchange {
 
  private:
   std::weak_ptr<connection_impl> conn_;
+  asio::any_io_executor strand_;  ///< the connection's, made once: posting is per token
   std::uint64_t serial_;
   http_request req_;
   caller who_;
@@ -176,8 +178,6 @@ class connection_impl final : public connection, public std::enable_shared_from_
       if (!ec && self->active(serial)) fn();
     });
   }
-
-  asio::any_io_executor executor() { return stream_.get_executor(); }
 
  private:
   enum class phase { reading, handling, closed };
@@ -283,7 +283,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
       keep_alive_ = false;
     }
     version_ = r.version;
-    current_ = std::make_shared<exchange_impl>(weak_from_this(), ++serial_, std::move(r), caller{});
+    current_ = std::make_shared<exchange_impl>(weak_from_this(), stream_.get_executor(), ++serial_, std::move(r), caller{});
     phase_ = phase::handling;
     head_sent_ = streaming_ = response_done_ = false;
     status_ = 0;
@@ -522,9 +522,7 @@ void exchange_impl::after(int ms, std::function<void()> fn) {
   if (auto c = conn_.lock()) c->after(serial_, ms, std::move(fn));
 }
 void exchange_impl::post(std::function<void()> fn) {
-  auto c = conn_.lock();
-  if (!c) return;
-  asio::post(c->executor(), [w = conn_, serial = serial_, fn = std::move(fn)] {
+  asio::post(strand_, [w = conn_, serial = serial_, fn = std::move(fn)] {
     if (auto c = w.lock(); c && c->active(serial)) fn();
   });
 }

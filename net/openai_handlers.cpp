@@ -89,7 +89,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   void fail(const api_error& e) {
     if (done_) return;
     finish();
-    if (!ex_->streaming()) return ex_->respond(e.status, error_json(e), "application/json", error_headers(e));
+    if (!opened_) return ex_->respond(e.status, error_json(e), "application/json", error_headers(e));
     // Mid-stream: exactly one error event, then [DONE].
     append_sse_event(sse_, error_json(e));
     append_sse_event(sse_, kSseDone);
@@ -98,7 +98,8 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
 
  private:
   void open_stream() {
-    if (ex_->streaming()) return;
+    if (opened_) return;
+    opened_ = true;
     ex_->begin_stream();
     append_sse_event(sse_, chunk_role_json(meta_));
   }
@@ -119,6 +120,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   actors::request_id id_;
   caf::actor sink_;
   bool done_ = false;
+  bool opened_ = false;  ///< the stream's head and role chunk have gone out
   std::string text_, sse_;
   completion_usage usage_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
