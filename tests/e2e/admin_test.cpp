@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -194,4 +195,28 @@ TEST_CASE("kiln chaos: a drill against kiln serve prints what it killed and the 
   CHECK(rc == 2);
   run("chaos --url " + url + " --admin-key key-admin --target gpu", rc);
   CHECK(rc == 2);
+}
+
+TEST_CASE("loading runs off the actor threads: the sim pool serves while a CPU pool's model is still being made and read") {
+  char tmpl[] = "/tmp/kiln-e2e-load-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  std::string big = cpu_pool("big-chat", root + "/big");
+  big.replace(big.find("make_if_absent = \"tiny\""), 23, "make_if_absent = \"100m\"");
+  const int port = free_port();
+  kiln_process p(test_config(1) + big, {"", 0, port});
+  // The front answers at once: /healthz says loading, the loading pool 503 with Retry-After.
+  REQUIRE(eventually([&] { return request(port, "GET", "/healthz").status != 0; }, 5s));
+  const http_response health = request(port, "GET", "/healthz");
+  CHECK(health.status == 503);
+  CHECK(health.body.find("loading") != std::string::npos);
+  const http_response loading = request(port, "POST", "/v1/chat/completions", chat("big-chat", 3), kTeam);
+  CHECK(loading.status == 503);
+  CHECK(loading.headers.count("retry-after") == 1);
+  CHECK(json::parse(loading.body)["error"]["message"].get<std::string>().find("loading") != std::string::npos);
+  // Meanwhile the sim pool serves: no actor thread is held by the load.
+  CHECK(eventually([&] { return request(port, "POST", "/v1/chat/completions", chat("chat-7b", 3), kTeam).status == 200; }, 5s));
+  CHECK(request(port, "GET", "/healthz").status == 503);  // still loading the big one
+  CHECK(eventually([&] { return request(port, "GET", "/healthz").status == 200; }, 60s));
+  CHECK(request(port, "POST", "/v1/chat/completions", chat("big-chat", 3), kTeam).status == 200);
+  std::filesystem::remove_all(root);
 }

@@ -1,6 +1,9 @@
 #include "tests/support/kiln_process.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -22,6 +25,18 @@
 namespace kiln::test {
 
 const char* kiln_binary() { return KILN_BINARY; }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 double process_cpu_seconds(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -63,10 +78,21 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
       ::setrlimit(RLIMIT_NOFILE, &lim);
     }
     ::close(out[0]);
-    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", "0", nullptr);
+    const std::string port = std::to_string(opts.port);
+    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), nullptr);
     std::_Exit(127);
   }
   ::close(out[1]);
+  if (opts.port > 0) {  // the caller watches the server come up itself
+    port_ = opts.port;
+    std::thread([fd = out[0]] {
+      char buf[4096];
+      while (::read(fd, buf, sizeof buf) > 0) {
+      }
+      ::close(fd);
+    }).detach();
+    return;
+  }
   // Banner: "kiln serving on http://HOST:PORT (region ...)".
   std::string banner;
   char c;

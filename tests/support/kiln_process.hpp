@@ -8,7 +8,11 @@ namespace kiln::test {
 struct process_options {
   std::string stderr_path;  ///< where kiln's stderr goes (access log); "" : /dev/null
   long max_files = 0;       ///< > 0: RLIMIT_NOFILE (soft and hard) of the process
+  int port = 0;             ///< > 0: serve on this port and return at once, before the banner
 };
+
+/// A TCP port that was free a moment ago.
+int free_port();
 
 class kiln_process {
  public:
