@@ -75,7 +75,14 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           self->send(r.sink, std::move(*err));
           return;
         }
-        self->send(std::get<caf::actor>(admitted), std::move(r));
+        // The router acknowledges at once; a router that died first (its mailbox included)
+        // bounces the request back, and the client hears so now rather than never.
+        self->request(std::get<caf::actor>(admitted), caf::infinite, r)
+            .then([] {},
+                  [self, sink = r.sink, id = r.id, model = r.model](caf::error&) {
+                    self->send(sink, stream_error{id, errc::unavailable,
+                                                  "The router of " + model + " was lost; retry.", "", 1});
+                  });
       },
       [self](pool_update& u) {
         self->state.pools[u.model + "@" + u.version] = std::move(u);

@@ -6,6 +6,12 @@
 // `stream_tokens` to the request's sink and reports `first_token` (before those tokens
 // leave), `job_done` and `job_failed` to the owner. The owner alone ends the request at the
 // sink, with one `stream_end` or `stream_error`.
+//
+// Why the owner may retry safely: an owner that has not heard `first_token` knows no token of
+// that attempt reached the sink, because on one node a send enqueues at once and the engine
+// sends `first_token` first; and an engine's down message follows everything it sent. Across
+// nodes these two paths are not ordered against each other: a remote engine will need the
+// sink to fence attempts (or the owner to see tokens acknowledged) before retrying.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -326,7 +326,10 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       [self](replica_status& s) {
         if (self->state.on_status(s, self->clock().now())) self->monitor(s.engine);
       },
-      [self](request& r) { own(self, r); },
+      [self](request& r) {
+        own(self, r);
+        return caf::unit;  // admission's acknowledgement
+      },
       [self](first_token& f) {
         if (owned_request* o = self->state.owned.find(f.id, f.attempt)) o->first_token = true;
       },

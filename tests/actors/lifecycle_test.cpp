@@ -343,6 +343,33 @@ TEST_CASE("lifecycle: a killed router is restarted; requests it owned finish at 
   CHECK(f.pool().restarts == 1);
 }
 
+TEST_CASE("lifecycle: requests on their way to a router that is killed come back as 503, none is lost") {
+  test::node_fixture f(node_config(2));
+  // A frozen router keeps what arrives in its mailbox; then it is killed with all of it there.
+  REQUIRE(f.chaos(chaos_target::router, "chat-7b@v1", chaos_action::freeze, 30));
+  std::vector<test::node_fixture::open_request> rs;
+  for (int i = 0; i < 30; ++i) rs.push_back(f.submit(5, "racing " + std::to_string(i)));
+  f.vt.run_ready();
+  REQUIRE(f.chaos(chaos_target::router, "chat-7b@v1", chaos_action::kill));
+  REQUIRE(f.vt.run_until([&] { return all_ended(rs); }, 10s));  // far below the front's last resort
+  int bounced = 0;
+  for (const auto& r : rs) {
+    CHECK(r.rec->ends.size() + r.rec->errors.size() == 1);
+    if (!r.rec->errors.empty()) {
+      CHECK(r.rec->errors[0].code == errc::unavailable);
+      CHECK(r.rec->errors[0].retry_after_s > 0);
+      CHECK(r.rec->tokens.empty());
+      ++bounced;
+    }
+  }
+  CHECK(bounced == 30);
+  // The restarted router serves.
+  f.vt.run_for(1500ms);
+  auto after = f.submit(5);
+  REQUIRE(f.vt.run_until([&] { return after.rec->terminal(); }, 10s));
+  CHECK(after.rec->ends.size() == 1);
+}
+
 TEST_CASE("pools by model@version: the alias resolves to the live version; a pinned version is served by its own pool") {
   auto c = test::sim_node_config(1);
   c.pools.push_back(c.pools[0]);

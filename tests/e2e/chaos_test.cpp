@@ -20,12 +20,12 @@ namespace {
 
 const std::vector<std::string> kAdmin = {"Authorization: Bearer key-admin"};
 
-// 8 replicas; a small step budget so prefill queues and some requests wait for their first
-// token long enough for a kill to catch them there.
+// 8 replicas of 16 batch slots each: most of the 500 requests queue for their first token,
+// long enough for a kill to catch them there.
 std::string drill_config() {
   std::string c = test_config(8);
-  const std::string step = "max_tokens_per_step = 2048";
-  c.replace(c.find(step), step.size(), "max_tokens_per_step = 128");
+  const std::string step = "max_tokens_per_step = 2048\nmax_running = 128";
+  c.replace(c.find(step), step.size(), "max_tokens_per_step = 256\nmax_running = 16");
   const std::string text = "min_output_tokens = 200\nmax_output_tokens = 400\n";
   c.replace(c.find(text), text.size(), "min_output_tokens = 60\nmax_output_tokens = 160\n");
   return c;
@@ -66,14 +66,15 @@ TEST_CASE("chaos e2e: 500 streams over 8 replicas, 3 replicas killed and 1 froze
     REQUIRE(reference[i].done);
   }
   std::thread drill([&] {
-    std::this_thread::sleep_for(150ms);
-    chaos(p.port(), "chat-7b-v1-r1", "kill");  // while prefill queues: before first tokens
+    // The first kill waits until r1 has requests queued for their first token.
+    eventually([&] { return metric(p.port(), "kiln_engine_waiting_sequences{replica=\"chat-7b-v1-r1\"") >= 10; }, 30s);
+    chaos(p.port(), "chat-7b-v1-r1", "kill");
     std::this_thread::sleep_for(100ms);
     chaos(p.port(), "chat-7b-v1-r6", "freeze");
     std::this_thread::sleep_for(200ms);
     chaos(p.port(), "chat-7b-v1-r3", "kill");
     std::this_thread::sleep_for(500ms);
-    chaos(p.port(), "chat-7b-v1-r5", "kill");  // mid-stream
+    chaos(p.port(), "chat-7b-v1-r5", "kill");  // streams under way, and retried ones queued
   });
   const auto got = run_streams(p.port(), specs, 120);
   drill.join();
