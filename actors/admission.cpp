@@ -1,5 +1,7 @@
 #include "actors/admission.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 namespace kiln::actors {

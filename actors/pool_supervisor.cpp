@@ -1,5 +1,6 @@
 #include "actors/pool_supervisor.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <caf/all.hpp>
