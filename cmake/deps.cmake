@@ -30,3 +30,6 @@ if(TOMLPP_LIBRARY)
   target_link_libraries(kiln_tomlpp INTERFACE ${TOMLPP_LIBRARY})
   target_compile_definitions(kiln_tomlpp INTERFACE TOML_HEADER_ONLY=0)
 endif()
+
+find_package(SQLite3 REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)

@@ -216,12 +216,30 @@ kiln_config read_root(const toml::table& root) {
   reader r(root, "");
   r.text("region", c.region);
   r.text("admin_key", c.admin_key);
+  r.text("store_path", c.store_path);
   if (const auto* s = r.table("server")) c.server = read_server(*s);
   each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
     team_config team;
     reader tr(t, path);
     tr.text("name", team.name, true);
     tr.text("api_key", team.api_key, true);
+    std::string prio = "interactive";
+    tr.text("max_priority", prio);
+    const auto p = engine::parse_priority(prio);
+    if (!p) tr.fail("max_priority", "must be interactive, standard or batch (got \"" + prio + "\")");
+    team.max_priority = *p;
+    each_table(tr, "limits", [&](const toml::table& lt, const std::string& lpath, std::size_t) {
+      team_limit l;
+      reader lr(lt, path + "." + lpath);
+      lr.text("model", l.model, true);
+      lr.number("tokens_per_minute", l.tokens_per_minute, 0, 1e12);
+      lr.number("burst", l.burst, 0, 1e12);
+      lr.number("max_concurrency", l.max_concurrency, 0, 1e7);
+      lr.number("guaranteed_share", l.guaranteed_share, 0, 1);
+      lr.no_unknown_keys();
+      if (team.limit_for(l.model)) lr.fail("model", "\"" + l.model + "\" has two limits");
+      team.limits.push_back(l);
+    });
     tr.no_unknown_keys();
     if (team.api_key.empty()) tr.fail("api_key", "must not be empty");
     if (c.team_by_key(team.api_key)) tr.fail("api_key", "is used by another team");
@@ -260,6 +278,14 @@ kiln_config read_root(const toml::table& root) {
   }
   r.no_unknown_keys();
   if (!c.admin_key.empty() && c.team_by_key(c.admin_key)) throw bad_config("admin_key is also a team's api_key");
+  if (c.store_path.empty()) throw bad_config("store_path must not be empty");
+  // Guaranteed shares of one model cannot promise more than the whole pool.
+  for (const auto& m : c.models) {
+    double shares = 0;
+    for (const auto& t : c.teams)
+      if (const team_limit* l = t.limit_for(m.name)) shares += l->guaranteed_share;
+    if (shares > 1 + 1e-9) throw bad_config("teams: the guaranteed shares of model \"" + m.name + "\" add up to more than 1");
+  }
   if (c.region.empty()) throw bad_config("region must not be empty");
   if (c.pools.empty()) throw bad_config("pools: at least one [[pools]] entry is required");
   if (c.teams.empty()) throw bad_config("teams: at least one [[teams]] entry is required");
@@ -281,11 +307,15 @@ int pool_config::engine_kv_blocks() const {
   return engine::cost_model(shape, gpu).kv_blocks(block_size) + 1;
 }
 
-std::string pool_config::resolved_model_dir() const {
-  if (model_dir.rfind("~/", 0) != 0) return model_dir;
+namespace {
+std::string expand_home(const std::string& path) {
+  if (path.rfind("~/", 0) != 0) return path;
   const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + model_dir.substr(1);
+  return std::string(home && *home ? home : "/tmp") + path.substr(1);
 }
+}  // namespace
+
+std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
 
 const pool_config* kiln_config::pool_for(std::string_view model, std::string_view version) const {
   for (const auto& p : pools)
@@ -298,6 +328,14 @@ std::string kiln_config::live_version(std::string_view model) const {
     if (m.name == model) return m.live_version;
   return {};
 }
+
+const team_limit* team_config::limit_for(std::string_view model) const {
+  for (const auto& l : limits)
+    if (l.model == model) return &l;
+  return nullptr;
+}
+
+std::string kiln_config::resolved_store_path() const { return expand_home(store_path); }
 
 int kiln_config::longest_request_ms() const {
   int longest = 0;

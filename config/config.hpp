@@ -25,9 +25,22 @@ struct server_config {
   std::size_t max_buffered_bytes = 4 << 20;  ///< per connection: a client further behind is dropped
 };
 
+/// What a team may use of one model. 0 means no limit (no share).
+struct team_limit {
+  std::string model;
+  double tokens_per_minute = 0;  ///< prompt + max_tokens charged per request, refunded unused
+  double burst = 0;              ///< bucket size; 0: one minute's worth
+  int max_concurrency = 0;       ///< requests in flight at once
+  double guaranteed_share = 0;   ///< of the pool's capacity, kept for the team under overload
+};
+
 struct team_config {
   std::string name;
-  std::string api_key;
+  std::string api_key;  ///< from the config file; the store keeps only its hash
+  engine::priority max_priority = engine::priority::interactive;  ///< higher asks are clamped to it
+  std::vector<team_limit> limits;
+
+  const team_limit* limit_for(std::string_view model) const;
 };
 
 enum class executor_kind { sim, cpu, cuda };
@@ -73,6 +86,7 @@ struct model_config {
 struct kiln_config {
   std::string region = "local";
   std::string admin_key;  ///< for /admin routes; empty: a random one is drawn at start
+  std::string store_path = "~/.kiln/kiln.db";  ///< the control-plane store ("~/" is $HOME)
   server_config server;
   std::vector<team_config> teams;
   std::vector<model_config> models;  ///< every model served, with its live version
@@ -85,6 +99,8 @@ struct kiln_config {
   std::string live_version(std::string_view model) const;
   /// The longest a request may take in any pool (the front's last-resort deadline).
   int longest_request_ms() const;
+  /// store_path with a leading "~/" expanded.
+  std::string resolved_store_path() const;
 };
 
 /// One clear line saying what is wrong and where.

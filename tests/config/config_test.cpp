@@ -119,3 +119,32 @@ TEST_CASE("config: the admin key may not be a team's key") {
   REQUIRE(std::holds_alternative<kiln_config>(r));
   CHECK(std::get<kiln_config>(r).admin_key == "a");
 }
+
+TEST_CASE("config: team limits and priorities; shares may not promise more than a whole pool") {
+  const std::string pools = "[[pools]]\nmodel = \"m\"\nversion = \"v\"\n";
+  auto team = [](const std::string& name, const std::string& key, const std::string& extra) {
+    return "[[teams]]\nname = \"" + name + "\"\napi_key = \"" + key + "\"\n" + extra;
+  };
+  auto r = parse_config(team("a", "ka", "max_priority = \"standard\"\n[[teams.limits]]\nmodel = \"m\"\ntokens_per_minute = 600\nburst = 100\nmax_concurrency = 3\nguaranteed_share = 0.6\n") +
+                            team("b", "kb", "[[teams.limits]]\nmodel = \"m\"\nguaranteed_share = 0.4\n") + pools,
+                        "t.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const auto& c = std::get<kiln_config>(r);
+  CHECK(c.teams[0].max_priority == kiln::engine::priority::standard);
+  CHECK(c.teams[1].max_priority == kiln::engine::priority::interactive);
+  REQUIRE(c.teams[0].limit_for("m"));
+  CHECK(c.teams[0].limit_for("m")->burst == 100);
+  CHECK(c.teams[0].limit_for("x") == nullptr);
+  CHECK(c.resolved_store_path().find("/.kiln/kiln.db") != std::string::npos);
+  // Exactly 1 in all is fine (above); one past it is not.
+  CHECK(error_of(team("a", "ka", "[[teams.limits]]\nmodel = \"m\"\nguaranteed_share = 0.6\n") +
+                 team("b", "kb", "[[teams.limits]]\nmodel = \"m\"\nguaranteed_share = 0.41\n") + pools) ==
+        "test.toml: teams: the guaranteed shares of model \"m\" add up to more than 1");
+  CHECK(error_of(team("a", "ka", "max_priority = \"urgent\"\n") + pools) ==
+        "test.toml: teams[0].max_priority must be interactive, standard or batch (got \"urgent\")");
+  CHECK(error_of(team("a", "ka", "[[teams.limits]]\nmodel = \"m\"\n[[teams.limits]]\nmodel = \"m\"\n") + pools) ==
+        "test.toml: teams[0].limits[1].model \"m\" has two limits");
+  CHECK(error_of(team("a", "ka", "[[teams.limits]]\nmodel = \"m\"\nguaranteed_share = 1.5\n") + pools)
+            .find("guaranteed_share must be between 0 and 1") != std::string::npos);
+  CHECK(error_of("store_path = \"\"\n" + team("a", "ka", "") + pools) == "test.toml: store_path must not be empty");
+}

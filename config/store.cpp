@@ -1,0 +1,311 @@
+#include "config/store.hpp"
+
+#include <openssl/evp.h>
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+namespace kiln::config {
+
+namespace {
+
+// Version 1: seed 000's schema, and api_keys holding hashes only.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE models(model TEXT PRIMARY KEY, live_version TEXT, canary_version TEXT, canary_percent REAL);
+CREATE TABLE model_versions(model TEXT, version TEXT, weights_uri TEXT, weights_hash TEXT, tokenizer_hash TEXT,
+  chat_template_hash TEXT, precision TEXT CHECK(precision IN ('fp16','int8','4bit')), gpus_per_replica INTEGER,
+  engine_config TEXT, eval_report_uri TEXT, load_test_tokens_per_s REAL, load_test_tokens_in_flight REAL, status TEXT,
+  PRIMARY KEY(model, version));
+CREATE TABLE pools(model TEXT, version TEXT, region TEXT, min_replicas INTEGER, max_replicas INTEGER,
+  PRIMARY KEY(model, version, region));
+CREATE TABLE replicas(replica_id TEXT PRIMARY KEY, model TEXT, version TEXT, region TEXT, node TEXT,
+  state TEXT CHECK(state IN ('starting','loading','serving','draining')), queue_depth INTEGER, tokens_in_flight INTEGER,
+  last_heartbeat INTEGER);
+CREATE TABLE teams(team TEXT PRIMARY KEY, name TEXT, max_priority TEXT NOT NULL DEFAULT 'interactive');
+CREATE TABLE api_keys(key_id TEXT PRIMARY KEY, team TEXT NOT NULL REFERENCES teams(team), key_hash TEXT NOT NULL UNIQUE,
+  created_at INTEGER NOT NULL, revoked_at INTEGER);
+CREATE TABLE team_limits(team TEXT REFERENCES teams(team), model TEXT, tokens_per_minute REAL, burst REAL,
+  max_concurrency INTEGER, guaranteed_share REAL, PRIMARY KEY(team, model));
+CREATE TABLE usage(team TEXT, model TEXT, version TEXT, minute INTEGER, prompt_tokens INTEGER, cached_tokens INTEGER,
+  output_tokens INTEGER, requests INTEGER, shed INTEGER, PRIMARY KEY(team, model, version, minute));
+CREATE TABLE rollouts(model TEXT, version TEXT, stage TEXT CHECK(stage IN ('shadow','canary')), percent REAL,
+  started_at INTEGER, guard_metrics TEXT, decision TEXT);
+)sql";
+
+// Migrations by the version they produce; each runs in one transaction.
+const char* const kMigrations[] = {kSchemaV1};
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[p[i] >> 4];
+    out += digits[p[i] & 15];
+  }
+  return out;
+}
+
+// One prepared statement; binds by position from 1, steps, reads columns.
+class statement {
+ public:
+  statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) st_ = nullptr;
+  }
+  ~statement() { sqlite3_finalize(st_); }
+  bool ok() const { return st_ != nullptr; }
+  statement& bind(int i, const std::string& v) {
+    sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  statement& bind(int i, std::int64_t v) {
+    sqlite3_bind_int64(st_, i, v);
+    return *this;
+  }
+  statement& bind(int i, double v) {
+    sqlite3_bind_double(st_, i, v);
+    return *this;
+  }
+  /// True while there is a row.
+  bool row() { return st_ && sqlite3_step(st_) == SQLITE_ROW; }
+  /// Runs to completion; the error text, or nothing.
+  std::optional<std::string> run() {
+    if (!st_) return std::string(sqlite3_errmsg(db_));
+    const int rc = sqlite3_step(st_);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return std::string(sqlite3_errmsg(db_));
+    return std::nullopt;
+  }
+  std::string text(int c) const {
+    const auto* p = sqlite3_column_text(st_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
+  }
+  std::int64_t integer(int c) const { return sqlite3_column_int64(st_, c); }
+  double real(int c) const { return sqlite3_column_double(st_, c); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+}  // namespace
+
+std::string key_hash(std::string_view key) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(key.data(), key.size(), digest, &n, EVP_sha256(), nullptr);
+  return hex(digest, n);
+}
+
+std::string new_api_key() {
+  std::random_device rd;
+  unsigned char bytes[24];
+  for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+  return "kiln-" + hex(bytes, sizeof bytes);
+}
+
+const team_config* tenancy::team(std::string_view name) const {
+  for (const auto& t : teams)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const team_config* tenancy::team_by_key(std::string_view presented) const {
+  if (presented.empty()) return nullptr;
+  auto it = by_hash_.find(key_hash(presented));
+  return it == by_hash_.end() ? nullptr : &teams[it->second];
+}
+
+void tenancy::index() {
+  by_hash_.clear();
+  for (const auto& k : keys)
+    for (std::size_t i = 0; i < teams.size(); ++i)
+      if (teams[i].name == k.team) by_hash_[k.hash] = i;
+}
+
+store::~store() { sqlite3_close(db_); }
+
+std::variant<std::unique_ptr<store>, std::string> store::open(const std::string& path) {
+  std::error_code ec;
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string why = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return "cannot open store " + path + ": " + why;
+  }
+  std::unique_ptr<store> s(new store(db, path));
+  sqlite3_busy_timeout(db, 5000);
+  if (auto e = s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"))
+    return "store " + path + ": " + *e;
+  if (auto e = s->migrate()) return "store " + path + ": " + *e;
+  return s;
+}
+
+std::optional<std::string> store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) == SQLITE_OK) return std::nullopt;
+  std::string why = err ? err : "unknown error";
+  sqlite3_free(err);
+  return why;
+}
+
+int store::schema_version() {
+  statement st(db_, "PRAGMA user_version");
+  return st.row() ? static_cast<int>(st.integer(0)) : -1;
+}
+
+std::optional<std::string> store::migrate() {
+  const int have = schema_version();
+  if (have > kSchemaVersion)
+    return "schema version " + std::to_string(have) + " is newer than this kiln (" + std::to_string(kSchemaVersion) + ")";
+  for (int v = have + 1; v <= kSchemaVersion; ++v) {
+    const std::string sql = std::string("BEGIN;") + kMigrations[v - 1] + "PRAGMA user_version=" + std::to_string(v) + ";COMMIT;";
+    if (auto e = exec(sql.c_str())) {
+      exec("ROLLBACK;");
+      return "migration to version " + std::to_string(v) + " failed: " + *e;
+    }
+  }
+  return std::nullopt;
+}
+
+bool store::empty() {
+  statement st(db_, "SELECT COUNT(*) FROM teams");
+  return !st.row() || st.integer(0) == 0;
+}
+
+std::optional<std::string> store::seed(const kiln_config& cfg) {
+  if (auto e = exec("BEGIN;")) return e;
+  for (const auto& t : cfg.teams) {
+    std::optional<std::string> e = add_team(t.name, t.name, t.max_priority);
+    if (!e) {
+      auto id = add_key(t.name, t.api_key);
+      if (auto* err = std::get_if<1>(&id)) e = *err;
+    }
+    for (const auto& l : t.limits)
+      if (!e) e = put_limit(t.name, l);
+    if (e) {
+      exec("ROLLBACK;");
+      return e;
+    }
+  }
+  return exec("COMMIT;");
+}
+
+tenancy store::load_tenancy() {
+  tenancy out;
+  statement teams(db_, "SELECT team, max_priority FROM teams ORDER BY rowid");
+  while (teams.row()) {
+    team_config t;
+    t.name = teams.text(0);
+    t.max_priority = engine::parse_priority(teams.text(1)).value_or(engine::priority::interactive);
+    out.teams.push_back(std::move(t));
+  }
+  statement limits(db_,
+                   "SELECT team, model, tokens_per_minute, burst, max_concurrency, guaranteed_share FROM team_limits");
+  while (limits.row()) {
+    for (auto& t : out.teams) {
+      if (t.name != limits.text(0)) continue;
+      t.limits.push_back({limits.text(1), limits.real(2), limits.real(3), static_cast<int>(limits.integer(4)),
+                          limits.real(5)});
+    }
+  }
+  statement keys(db_, "SELECT key_id, team, key_hash FROM api_keys WHERE revoked_at IS NULL");
+  while (keys.row()) out.keys.push_back({keys.text(0), keys.text(1), keys.text(2)});
+  out.index();
+  return out;
+}
+
+std::optional<std::string> store::add_team(const std::string& team, const std::string& name, engine::priority max_priority) {
+  return statement(db_, "INSERT INTO teams(team, name, max_priority) VALUES(?, ?, ?)")
+      .bind(1, team)
+      .bind(2, name)
+      .bind(3, std::string(engine::to_string(max_priority)))
+      .run();
+}
+
+std::variant<std::string, std::string> store::add_key(const std::string& team, const std::string& key) {
+  const std::string hash = key_hash(key);
+  const std::string id = "key_" + hash.substr(0, 12);  // names the key without revealing it
+  if (auto e = statement(db_, "INSERT INTO api_keys(key_id, team, key_hash, created_at) VALUES(?, ?, ?, ?)")
+                   .bind(1, id)
+                   .bind(2, team)
+                   .bind(3, hash)
+                   .bind(4, unix_now())
+                   .run())
+    return std::variant<std::string, std::string>(std::in_place_index<1>, *e);
+  return std::variant<std::string, std::string>(std::in_place_index<0>, id);
+}
+
+bool store::revoke_key(const std::string& team, const std::string& key_id) {
+  statement st(db_, "UPDATE api_keys SET revoked_at = ? WHERE team = ? AND key_id = ? AND revoked_at IS NULL");
+  st.bind(1, unix_now()).bind(2, team).bind(3, key_id);
+  return !st.run() && sqlite3_changes(db_) == 1;
+}
+
+std::optional<std::string> store::put_limit(const std::string& team, const team_limit& l) {
+  return statement(db_,
+                   "INSERT INTO team_limits(team, model, tokens_per_minute, burst, max_concurrency, guaranteed_share) "
+                   "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(team, model) DO UPDATE SET "
+                   "tokens_per_minute = excluded.tokens_per_minute, burst = excluded.burst, "
+                   "max_concurrency = excluded.max_concurrency, guaranteed_share = excluded.guaranteed_share")
+      .bind(1, team)
+      .bind(2, l.model)
+      .bind(3, l.tokens_per_minute)
+      .bind(4, l.burst)
+      .bind(5, static_cast<std::int64_t>(l.max_concurrency))
+      .bind(6, l.guaranteed_share)
+      .run();
+}
+
+std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows) {
+  if (auto e = exec("BEGIN;")) return e;
+  for (const auto& r : rows) {
+    auto e = statement(db_,
+                       "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
+                       "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
+                       "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                       "cached_tokens = cached_tokens + excluded.cached_tokens, "
+                       "output_tokens = output_tokens + excluded.output_tokens, "
+                       "requests = requests + excluded.requests, shed = shed + excluded.shed")
+                 .bind(1, r.team)
+                 .bind(2, r.model)
+                 .bind(3, r.version)
+                 .bind(4, r.minute)
+                 .bind(5, r.prompt_tokens)
+                 .bind(6, r.cached_tokens)
+                 .bind(7, r.output_tokens)
+                 .bind(8, r.requests)
+                 .bind(9, r.shed)
+                 .run();
+    if (e) {
+      exec("ROLLBACK;");
+      return e;
+    }
+  }
+  return exec("COMMIT;");
+}
+
+std::vector<usage_row> store::usage(const std::string& team, const std::string& model, std::int64_t from_minute,
+                                    std::int64_t to_minute) {
+  statement st(db_,
+               "SELECT team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, requests, shed "
+               "FROM usage WHERE team = ? AND (? = '' OR model = ?) AND minute BETWEEN ? AND ? "
+               "ORDER BY minute, model, version");
+  st.bind(1, team).bind(2, model).bind(3, model).bind(4, from_minute).bind(5, to_minute);
+  std::vector<usage_row> out;
+  while (st.row())
+    out.push_back({st.text(0), st.text(1), st.text(2), st.integer(3), st.integer(4), st.integer(5), st.integer(6),
+                   st.integer(7), st.integer(8)});
+  return out;
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,99 @@
+#pragma once
+// The control-plane store: one SQLite file (WAL mode) with seed 000's schema (models,
+// model_versions, pools, replicas, teams, team_limits, usage, rollouts) and api_keys, which
+// holds SHA-256 hashes of keys, never keys. Versioned migrations (PRAGMA user_version).
+// Blocking: kiln opens it before its actors start, and afterwards only the store writer's own
+// thread touches it.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "config/config.hpp"
+
+struct sqlite3;
+
+namespace kiln::config {
+
+/// SHA-256 of an API key, as 64 hex digits.
+std::string key_hash(std::string_view key);
+/// A new API key ("kiln-" + 48 hex digits from the OS's random source).
+std::string new_api_key();
+
+/// Everything kiln knows of the teams: who they are, their keys (hashed) and limits.
+struct tenancy {
+  struct key {
+    std::string key_id;
+    std::string team;
+    std::string hash;
+  };
+  std::vector<team_config> teams;  ///< api_key empty: keys live in `keys`
+  std::vector<key> keys;           ///< not revoked
+
+  const team_config* team(std::string_view name) const;
+  /// The team a presented key belongs to (by its hash), or null.
+  const team_config* team_by_key(std::string_view presented) const;
+  /// Rebuilds the index team_by_key uses (after changing `keys` or `teams`).
+  void index();
+
+ private:
+  std::unordered_map<std::string, std::size_t> by_hash_;  ///< hash -> index in teams
+};
+
+/// One row of usage: a team's use of one model version in one minute.
+struct usage_row {
+  std::string team;
+  std::string model;
+  std::string version;
+  std::int64_t minute = 0;  ///< unix seconds / 60
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;
+  std::int64_t output_tokens = 0;
+  std::int64_t requests = 0;
+  std::int64_t shed = 0;  ///< 429 + 503
+};
+
+class store {
+ public:
+  ~store();
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  /// Opens the file (creating it and its directory), migrates it to the current schema.
+  static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path);
+  static constexpr int kSchemaVersion = 1;
+  int schema_version();
+  const std::string& path() const { return path_; }
+
+  /// Whether the store has no team yet (a new store, to be seeded from config).
+  bool empty();
+  /// Teams, their keys (hashed) and limits from config. Error text, or nothing.
+  std::optional<std::string> seed(const kiln_config& cfg);
+  tenancy load_tenancy();
+
+  std::optional<std::string> add_team(const std::string& team, const std::string& name, engine::priority max_priority);
+  /// Adds a key (stored hashed); returns its id.
+  std::variant<std::string, std::string> add_key(const std::string& team, const std::string& key);
+  /// False when the team has no such live key.
+  bool revoke_key(const std::string& team, const std::string& key_id);
+  std::optional<std::string> put_limit(const std::string& team, const team_limit& limit);
+
+  /// Adds each row to what the store holds for its (team, model, version, minute).
+  std::optional<std::string> add_usage(const std::vector<usage_row>& rows);
+  /// A team's rows, minutes in [from, to], model "" for all.
+  std::vector<usage_row> usage(const std::string& team, const std::string& model, std::int64_t from_minute,
+                               std::int64_t to_minute);
+
+ private:
+  explicit store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  std::optional<std::string> exec(const char* sql);
+  std::optional<std::string> migrate();
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace kiln::config
