@@ -18,6 +18,7 @@
 
 #include "actors/loader.hpp"
 #include "actors/node_supervisor.hpp"
+#include "config/store.hpp"
 #include "net/http_server.hpp"
 
 namespace kiln::cluster {
@@ -33,16 +34,47 @@ std::string executor_name(const config::pool_config& p) {
   return "";
 }
 
-void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port, const std::string& admin_key) {
+// Opens the store, seeding a new one from config; the tenancy it holds, or why not.
+std::variant<config::tenancy, std::string> open_store(const std::string& path, const config::kiln_config& cfg,
+                                                      std::unique_ptr<config::store>& held) {
+  auto opened = config::store::open(path);
+  if (auto* e = std::get_if<std::string>(&opened)) return *e;
+  held = std::move(std::get<std::unique_ptr<config::store>>(opened));
+  if (held->empty()) {
+    if (auto e = held->seed(cfg)) return "cannot seed store " + path + ": " + *e;
+  } else {
+    std::fprintf(stderr, "kiln: teams, keys and limits come from the store %s (the config's apply to a new store)\n",
+                 path.c_str());
+  }
+  return held->load_tenancy();
+}
+
+void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port, const std::string& admin_key,
+                  const config::tenancy& tenants, const std::string& store_path) {
   const std::string url = "http://" + cfg.server.host + ":" + std::to_string(port);
   out << "kiln serving on " << url << " (region " << cfg.region << ")\n";
   for (const auto& p : cfg.pools)
     out << "  model " << p.model << " version " << p.version << (cfg.live_version(p.model) == p.version ? " (live)" : "")
         << ": " << p.replicas << " replicas (" << executor_name(p) << ")\n";
-  for (const auto& t : cfg.teams) out << "  team " << t.name << " key " << t.api_key << "\n";
+  // A team's key is shown when the config still holds one the store knows; the store keeps
+  // only hashes.
+  std::string example_key;
+  for (const auto& t : tenants.teams) {
+    const config::team_config* from_cfg = nullptr;
+    for (const auto& c : cfg.teams)
+      if (c.name == t.name && tenants.team_by_key(c.api_key) == &t) from_cfg = &c;
+    if (from_cfg) {
+      out << "  team " << t.name << " key " << from_cfg->api_key << "\n";
+      if (example_key.empty()) example_key = from_cfg->api_key;
+    } else {
+      out << "  team " << t.name << " (keys in the store)\n";
+    }
+  }
   out << "  admin key " << admin_key << "\n";
+  out << "  store " << store_path << "\n";
+  if (example_key.empty()) example_key = "KEY";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
-      << cfg.teams.front().api_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
+      << example_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
       << cfg.pools.front().model
       << "\",\"stream\":true,\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n";
   out.flush();
@@ -92,6 +124,14 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     setrlimit(RLIMIT_NOFILE, &files);
   }
   auto cfg = std::make_shared<const config::kiln_config>(cfg_in);
+  const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
+  std::unique_ptr<config::store> store;
+  auto loaded = open_store(store_path, *cfg, store);
+  if (auto* e = std::get_if<std::string>(&loaded)) {
+    std::cerr << "kiln: " << *e << "\n";
+    return 1;
+  }
+  auto tenants = std::make_shared<config::tenancy_board>(std::move(std::get<config::tenancy>(loaded)));
   // The io_context outlives the actor system: sinks post onto connection strands.
   boost::asio::io_context ioc;
   caf::actor_system_config caf_cfg;
@@ -113,6 +153,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   deps.metrics = std::make_shared<net::front_metrics>();
   deps.gauges = gauges;
   deps.ids = ids;
+  deps.tenants = tenants;
   deps.admin_key = cfg->admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg->admin_key;
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
@@ -141,7 +182,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   for (int i = 0; i < cfg->server.io_threads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
   if (wait_until_ready(sys, node, *cfg, stopping)) {
     server.set_ready();
-    print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key);
+    print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path);
   }
   for (auto& t : io_threads) t.join();
 

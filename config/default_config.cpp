@@ -6,6 +6,7 @@ std::string_view embedded_default_config() {
   static constexpr std::string_view text = R"toml(# kiln embedded default: one node, one region, every role.
 region = "local"
 admin_key = "kiln-admin-local"  # for /admin routes (pool state, drain, chaos)
+store_path = "~/.kiln/kiln.db"  # teams, keys (hashed), limits, usage; seeded from this file once
 
 [server]
 host = "127.0.0.1"

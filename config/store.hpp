@@ -6,6 +6,7 @@
 // thread touches it.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,26 @@ struct tenancy {
 
  private:
   std::unordered_map<std::string, std::size_t> by_hash_;  ///< hash -> index in teams
+};
+
+/// Where the current tenancy is published: the store writer replaces it after each change,
+/// the front reads it on each request's head. A publication point, not state the actors share.
+class tenancy_board {
+ public:
+  explicit tenancy_board(tenancy t) : current_(std::make_shared<const tenancy>(std::move(t))) {}
+  std::shared_ptr<const tenancy> get() const {
+    std::lock_guard lock(mu_);
+    return current_;
+  }
+  void set(tenancy t) {
+    auto next = std::make_shared<const tenancy>(std::move(t));
+    std::lock_guard lock(mu_);
+    current_ = std::move(next);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const tenancy> current_;
 };
 
 /// One row of usage: a team's use of one model version in one minute.

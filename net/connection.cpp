@@ -207,7 +207,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
     if (m.path_known) {
       auto auth = req.find(http::field::authorization);
       const std::string_view authz = auth == req.end() ? std::string_view() : std::string_view(auth->value().data(), auth->value().size());
-      if (auto err = authenticate(m.need, authz, *front_.deps.cfg, front_.deps.admin_key, current_->who_mut())) {
+      if (auto err = authenticate(m.need, authz, *front_.deps.tenants->get(), front_.deps.admin_key, current_->who_mut())) {
         if (!parser_->is_done()) keep_alive_ = false;  // its body stays unread
         return reply_error(*err);
       }

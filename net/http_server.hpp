@@ -13,6 +13,7 @@
 #include "actors/gauges.hpp"
 #include "actors/request.hpp"
 #include "config/config.hpp"
+#include "config/store.hpp"
 #include "net/metrics.hpp"
 
 namespace boost::asio { class io_context; }
@@ -26,6 +27,7 @@ struct server_deps {
   std::shared_ptr<front_metrics> metrics;
   std::shared_ptr<actors::fleet_gauges> gauges;
   std::shared_ptr<actors::request_ids> ids;
+  std::shared_ptr<const config::tenancy_board> tenants;  ///< teams and their (hashed) keys
   std::string admin_key;
   std::function<void(const std::string&)> access_log;  ///< one line per request
 };

@@ -73,7 +73,7 @@ std::string bearer_key(std::string_view v) {
   return std::string(v);
 }
 
-std::optional<api_error> authenticate(access need, std::string_view authorization, const config::kiln_config& cfg,
+std::optional<api_error> authenticate(access need, std::string_view authorization, const config::tenancy& tenants,
                                       const std::string& admin_key, caller& who) {
   if (need == access::open) return std::nullopt;
   const std::string key = bearer_key(authorization);
@@ -81,7 +81,7 @@ std::optional<api_error> authenticate(access need, std::string_view authorizatio
     return api_error{401, "invalid_request_error",
                      "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.", "", "invalid_api_key"};
   const bool is_admin = !admin_key.empty() && key == admin_key;
-  const config::team_config* team = cfg.team_by_key(key);
+  const config::team_config* team = tenants.team_by_key(key);
   if (need == access::admin) {
     if (is_admin) {
       who.admin = true;

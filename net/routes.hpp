@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/config.hpp"
+#include "config/store.hpp"
 #include "net/exchange.hpp"
 #include "net/openai.hpp"
 
@@ -52,7 +52,7 @@ class route_table {
 std::string bearer_key(std::string_view authorization);
 /// Checks a caller's key against what the path needs: 401 without a known key, 403 for a
 /// team key on an admin path. Fills `who` on success.
-std::optional<api_error> authenticate(access need, std::string_view authorization, const config::kiln_config& cfg,
+std::optional<api_error> authenticate(access need, std::string_view authorization, const config::tenancy& tenants,
                                       const std::string& admin_key, caller& who);
 
 }  // namespace kiln::net

@@ -5,9 +5,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 config="$1"; shift
 log="$(mktemp)"
-"$root/build/cluster/kiln" serve --config "$config" >"$log" 2>/dev/null &
+store="$log.db"
+"$root/build/cluster/kiln" serve --config "$config" --store "$store" >"$log" 2>/dev/null &
 pid=$!
-trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
+trap 'kill "$pid" 2>/dev/null || true; rm -f "$log" "$store" "$store-wal" "$store-shm"' EXIT
 for _ in $(seq 100); do grep -q "serving on" "$log" && break; sleep 0.05; done
 port="$(sed -n 's/.*serving on http:\/\/[0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)"
 [ -n "$port" ] || { echo "kiln did not start" >&2; exit 1; }

@@ -14,9 +14,10 @@ if [ ! -d "$work/node_modules/openai" ]; then
 fi
 cp "$here/openai_node_sdk.mjs" "$work/check.mjs"
 log="$(mktemp)"
-"$kiln" serve --port 0 >"$log" 2>/dev/null &
+store="$log.db"  # a store of its own, not ~/.kiln's
+"$kiln" serve --port 0 --store "$store" >"$log" 2>/dev/null &
 pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log" "$store" "$store-wal" "$store-shm"' EXIT
 for _ in $(seq 100); do grep -q "serving on" "$log" && break; sleep 0.05; done
 url="$(sed -n 's/^kiln serving on \(http:\/\/[0-9.:]*\) .*/\1/p' "$log")"
 key="$(sed -n 's/^  team [^ ]* key \(.*\)$/\1/p' "$log" | head -1)"

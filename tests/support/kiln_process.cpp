@@ -64,6 +64,8 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
   ::close(cfd);
   config_path_ = tmpl;
   std::ofstream(config_path_) << config_toml;
+  own_store_ = opts.store.empty();
+  store_path_ = own_store_ ? config_path_ + ".db" : opts.store;  // each server its own, never ~/.kiln's
 
   int out[2];
   if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
@@ -79,7 +81,8 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
     }
     ::close(out[0]);
     const std::string port = std::to_string(opts.port);
-    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), nullptr);
+    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), "--store",
+            store_path_.c_str(), nullptr);
     std::_Exit(127);
   }
   ::close(out[1]);
@@ -116,6 +119,8 @@ kiln_process::~kiln_process() {
     ::waitpid(pid_, nullptr, 0);
   }
   std::remove(config_path_.c_str());
+  if (own_store_)
+    for (const char* ext : {"", "-wal", "-shm"}) std::remove((store_path_ + ext).c_str());
 }
 
 void kiln_process::signal(int sig) {

@@ -9,6 +9,7 @@ struct process_options {
   std::string stderr_path;  ///< where kiln's stderr goes (access log); "" : /dev/null
   long max_files = 0;       ///< > 0: RLIMIT_NOFILE (soft and hard) of the process
   int port = 0;             ///< > 0: serve on this port and return at once, before the banner
+  std::string store;        ///< a store file to use (kept); "": one of its own, removed with it
 };
 
 /// A TCP port that was free a moment ago.
@@ -16,13 +17,16 @@ int free_port();
 
 class kiln_process {
  public:
-  /// Writes `config_toml` to a temp file and starts `kiln serve --config it --port 0`.
+  /// Writes `config_toml` to a temp file and starts `kiln serve --config it --port 0` with a
+  /// store of its own next to it (removed with it).
   explicit kiln_process(const std::string& config_toml, process_options opts = {});
   ~kiln_process();
   kiln_process(const kiln_process&) = delete;
   kiln_process& operator=(const kiln_process&) = delete;
 
   int port() const { return port_; }
+  /// The store file this server uses.
+  const std::string& store_path() const { return store_path_; }
   pid_t pid() const { return pid_; }
   void signal(int sig);
   /// Waits for exit; returns the exit status, or -1 on timeout or a signal death.
@@ -32,6 +36,8 @@ class kiln_process {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string config_path_;
+  std::string store_path_;
+  bool own_store_ = true;
 };
 
 /// User + system CPU seconds a process has used (from /proc).
