@@ -62,8 +62,10 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   return pool.router;
 }
 
-caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg) {
+caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
+                        std::shared_ptr<const config::tenancy> tenants) {
   self->state.cfg = std::move(cfg);
+  self->state.ledger = team_ledger(std::move(tenants));
   for (const auto& p : self->state.cfg->pools) {  // every configured pool is known, loading until it says otherwise
     pool_update u;
     u.model = p.model;
@@ -72,20 +74,32 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
   }
   return {
       [self](request& r) {
-        auto admitted = self->state.admit(r, self->clock().now());
+        auto& st = self->state;
+        const auto now = self->clock().now();
+        auto admitted = st.admit(r, now);
         if (auto* err = std::get_if<stream_error>(&admitted)) {
           self->send(r.sink, std::move(*err));
           return;
         }
+        r.priority = st.ledger.clamp(r.team, r.priority);
+        if (auto refused = st.ledger.admit(r, now)) {
+          self->send(r.sink, st.ledger.limit_info(r, now));
+          self->send(r.sink, std::move(*refused));
+          return;
+        }
+        self->send(r.sink, st.ledger.limit_info(r, now));
         // The router acknowledges at once; a router that died first (its mailbox included)
         // bounces the request back, and the client hears so now rather than never.
         self->request(std::get<caf::actor>(admitted), caf::infinite, r)
             .then([] {},
                   [self, sink = r.sink, id = r.id, model = r.model](caf::error&) {
+                    self->state.ledger.release(request_released{id, {}, true, false, ""}, self->clock().now());
                     self->send(sink, stream_error{id, errc::unavailable,
                                                   "The router of " + model + " was lost; retry.", "", 1});
                   });
       },
+      [self](request_released& r) { self->state.ledger.release(r, self->clock().now()); },
+      [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },
       [self](pool_update& u) {
         self->state.pools[u.model + "@" + u.version] = std::move(u);
       },

@@ -8,17 +8,25 @@
 #include <string>
 #include <variant>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include "actors/messages.hpp"
 #include "actors/pool_supervisor.hpp"
+#include "actors/team_ledger.hpp"
 #include "config/config.hpp"
 
 namespace kiln::actors {
 
+/// New teams, keys or limits (from the store writer, through the node).
+struct tenancy_update {
+  std::shared_ptr<const config::tenancy> tenants;
+};
+
 struct admission_state {
   std::shared_ptr<const config::kiln_config> cfg;
   std::map<std::string, pool_update, std::less<>> pools;  ///< by model@version
+  team_ledger ledger;
 
   /// Fills in version, prompt tokens and defaults and names the router, or says why the
   /// request cannot run.
@@ -26,6 +34,13 @@ struct admission_state {
   static inline const char* name = "kiln.admission";
 };
 
-caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg);
+caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
+                        std::shared_ptr<const config::tenancy> tenants);
+
+}  // namespace kiln::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::tenancy_update)
+
+namespace kiln::actors {
 
 }  // namespace kiln::actors

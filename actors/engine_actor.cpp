@@ -106,9 +106,9 @@ void watch(stateful* self, const caf::actor& a) {
 // A request the engine cannot take or finish: its owner decides (retry or error); with no
 // owner left, the engine ends it at the sink.
 void report_failure(stateful* self, const request_id& id, std::uint8_t attempt, const caf::actor& owner,
-                    const caf::actor& sink, errc code, const std::string& msg) {
+                    const caf::actor& sink, errc code, const std::string& msg, engine::usage used = {}) {
   const bool alive = owner && !self->state.gone_owners.count(owner.address());
-  if (alive) self->send(owner, job_failed{id, attempt, code, msg});
+  if (alive) self->send(owner, job_failed{id, attempt, code, msg, used});
   else if (sink) self->send(sink, stream_error{id, code, msg, "", 0});
 }
 
@@ -126,7 +126,7 @@ void fail_all(stateful* self, const std::string& why) {
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
   for (auto& [seq, j] : st.jobs) {
     st.core->cancel(seq);
-    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why);
+    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why, j.usage);
   }
   st.jobs.clear();
   st.by_request.clear();
@@ -143,6 +143,7 @@ void deliver(stateful* self) {
     auto it = st.jobs.find(out.id);
     if (it == st.jobs.end()) continue;  // cancelled while the step ran
     auto& j = it->second;
+    j.usage = out.usage;
     const bool first = j.ttft_ms < 0 && out.new_tokens > 0;
     if (first) {
       j.ttft_ms = std::chrono::duration<double, std::milli>(now - j.arrival).count();
@@ -312,8 +313,7 @@ int engine_state::cancel_sink(caf::event_based_actor* self, const caf::actor_add
     }
     core->cancel(it->first);
     if (j.owner && !gone_owners.count(j.owner.address())) {
-      engine::usage u;
-      self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, u, who.replica_id, 0});
+      self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, j.usage, who.replica_id, 0});
     }
     by_request.erase(j.id);
     it = jobs.erase(it);

@@ -60,6 +60,7 @@ struct engine_state {
     std::uint8_t attempt = 0;
     caf::actor_clock::time_point arrival;
     double ttft_ms = -1;
+    engine::usage usage;  ///< so far: what a cancellation or failure reports
   };
   std::unique_ptr<engine::engine_core> core;
   engine_identity who;

@@ -113,17 +113,48 @@ typename Inspector::result_type inspect(Inspector& f, job_done& x) {
   return f(caf::meta::type_name("job_done"), x.id, x.attempt, x.finish, x.usage, x.replica_id, x.engine_ttft_ms);
 }
 
-/// The engine could not take or finish the request.
+/// The engine could not take or finish the request; `usage` is what it had produced.
 struct job_failed {
   request_id id;
   std::uint8_t attempt = 0;
   errc code = errc::internal;
   std::string message;
+  engine::usage usage;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_failed& x) {
-  return f(caf::meta::type_name("job_failed"), x.id, x.attempt, x.code, x.message);
+  return f(caf::meta::type_name("job_failed"), x.id, x.attempt, x.code, x.message, x.usage);
+}
+
+/// The owner's word to admission that a request has ended, however it ended: its slot is
+/// free and what it did not use goes back to its team's bucket. `usage_known` false: its
+/// engine died with the count (the charge then stands).
+struct request_released {
+  request_id id;
+  engine::usage usage;
+  bool usage_known = true;
+  bool completed = false;
+  std::string version;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_released& x) {
+  return f(caf::meta::type_name("request_released"), x.id, x.usage, x.usage_known, x.completed, x.version);
+}
+
+/// Admission's word to the sink before the request runs: the team's token limit for the
+/// model as it stands (the x-ratelimit-* headers). limit 0: none.
+struct rate_limit_info {
+  request_id id;
+  std::int64_t limit_tokens = 0;
+  std::int64_t remaining_tokens = 0;
+  double reset_s = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rate_limit_info& x) {
+  return f(caf::meta::type_name("rate_limit_info"), x.id, x.limit_tokens, x.remaining_tokens, x.reset_s);
 }
 
 /// The owner gave up on a request (deadline): the engine drops its sequence.

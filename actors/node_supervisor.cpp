@@ -100,8 +100,8 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
   const auto cfg = st.d.cfg;
   std::vector<child_spec> specs;
   specs.push_back({"admission",
-                   [cfg](caf::local_actor* parent) {
-                     auto a = parent->system().spawn(admission, cfg);
+                   [cfg, self](caf::local_actor* parent) {
+                     auto a = parent->system().spawn(admission, cfg, self->state.d.tenants);
                      parent->system().registry().put(admission_name, caf::actor_cast<caf::strong_actor_ptr>(a));
                      return a;
                    },
@@ -141,6 +141,10 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
         auto& st = self->state;
         st.pools[u.model + "@" + u.version] = u;
         if (auto a = st.admission()) self->send(a, std::move(u));
+      },
+      [self](tenancy_update& u) {
+        self->state.d.tenants = u.tenants;  // a restarted admission starts from the latest
+        if (auto a = self->state.admission()) self->send(a, std::move(u));
       },
       [self](pool_state_request& r) { return on_pool_state(self, r.model); },
       [self](drain_replica& d) -> caf::result<std::string> {

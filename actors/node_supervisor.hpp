@@ -16,6 +16,7 @@
 #include "actors/pool_supervisor.hpp"
 #include "actors/supervisor.hpp"
 #include "config/config.hpp"
+#include "config/store.hpp"
 
 namespace kiln::actors {
 
@@ -52,6 +53,7 @@ struct node_deps {
   std::shared_ptr<fleet_gauges> gauges;
   std::shared_ptr<actors::loader> loader;
   std::uint64_t chaos_seed = 1;  ///< picks "random" chaos targets
+  std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>();
 };
 
 struct node_state {

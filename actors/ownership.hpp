@@ -17,6 +17,7 @@ struct owned_request {
   request req;                      ///< kept whole for a retry
   std::vector<std::string> tried;   ///< replica ids, in the order it was sent to them
   caf::actor engine;                ///< where it runs now (null: not sent yet)
+  caf::actor admission;             ///< hears how it ended (refund, slot)
   bool first_token = false;         ///< tokens may have reached the client: no retry
   bool retried = false;             ///< counts against the retry budget until it ends
   caf::actor_clock::time_point since;

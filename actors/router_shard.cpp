@@ -154,12 +154,27 @@ namespace {
 
 using stateful = caf::stateful_actor<router_shard_state>;
 
+// Tells admission the request has ended. Without a usage report, a request that had no
+// first token used nothing; one that had is charged in full (its engine took the count).
+void release(stateful* self, const owned_request& o, std::optional<engine::usage> used, bool completed) {
+  if (!o.admission) return;
+  request_released r;
+  r.id = o.req.id;
+  r.completed = completed;
+  r.version = self->state.cfg.version;
+  if (used) r.usage = *used;
+  else if (o.first_token) r.usage_known = false;
+  self->send(o.admission, std::move(r));
+}
+
 // Ends a request at its sink with an error; the owner forgets it.
-void fail(stateful* self, owned_request& o, errc code, std::string message, std::int32_t retry_after_s = 0) {
+void fail(stateful* self, owned_request& o, errc code, std::string message, std::int32_t retry_after_s = 0,
+          std::optional<engine::usage> used = std::nullopt) {
   auto& st = self->state;
   st.count(code);
   if (o.first_token && st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "failed_mid_stream");
   self->send(o.req.sink, stream_error{o.req.id, code, std::move(message), "", retry_after_s});
+  release(self, o, used, false);
   st.owned.erase(o.req.id);
 }
 
@@ -185,9 +200,10 @@ void dispatch(stateful* self, owned_request& o, errc why_retry) {
 }
 
 // Before the first token, a lost, failed or refusing replica sends the request on.
-void retry_or_fail(stateful* self, owned_request& o, errc code, const std::string& message) {
+void retry_or_fail(stateful* self, owned_request& o, errc code, const std::string& message,
+                   std::optional<engine::usage> used = std::nullopt) {
   auto& st = self->state;
-  if (o.first_token || !retryable(code)) return fail(self, o, code, message);
+  if (o.first_token || !retryable(code)) return fail(self, o, code, message, 0, used);
   if (o.tried.size() >= kMaxAttempts)
     return fail(self, o, code, message + " (tried " + std::to_string(o.tried.size()) + " replicas)", kRetryAfterS);
   if (!o.retried && !st.owned.retry_allowed())
@@ -219,6 +235,7 @@ void own(stateful* self, request& r) {
   st.first_token_due.emplace_back(now + st.cfg.first_token_timeout, r.id);
   st.end_due.emplace_back(now + st.cfg.request_timeout, r.id);
   owned_request& o = st.owned.add(std::move(r), now);
+  o.admission = caf::actor_cast<caf::actor>(self->current_sender());
   dispatch(self, o, errc::replica_lost);
   arm_sweep(self);
 }
@@ -228,7 +245,8 @@ void on_done(stateful* self, job_done& d) {
   owned_request* o = st.owned.find(d.id, d.attempt);
   if (!o) return;
   if (d.finish == engine::finish_reason::cancelled) {
-    st.owned.erase(d.id);  // the client went away
+    release(self, *o, d.usage, false);  // the client went away
+    st.owned.erase(d.id);
     return;
   }
   stream_end end;
@@ -244,6 +262,7 @@ void on_done(stateful* self, job_done& d) {
   end.attempts = static_cast<std::int32_t>(o->tried.size());
   self->send(o->req.sink, std::move(end));
   if (st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "completed");
+  release(self, *o, d.usage, true);
   st.owned.erase(d.id);
 }
 
@@ -335,7 +354,7 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       },
       [self](job_done& d) { on_done(self, d); },
       [self](job_failed& f) {
-        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message);
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message, f.usage);
       },
       [self](tick_atom) { sweep(self); },
       [self](state_atom) { return self->state.view(self->clock().now()); },

@@ -15,6 +15,8 @@ class stream_target {
   virtual void on_tokens(stream_tokens ev) = 0;
   virtual void on_end(stream_end ev) = 0;
   virtual void on_error(stream_error ev) = 0;
+  /// The team's token limit before the request runs (or is refused); ignored by default.
+  virtual void on_rate_limit(rate_limit_info) {}
 };
 
 /// Spawns a sink for one connection. Ending it (stop_sink) tells every engine holding one of

@@ -60,7 +60,7 @@ class exchange_impl final : public exchange {
   const http_request& request() const override { return req_; }
   const caller& who() const override { return who_; }
   void respond(int status, std::string body, std::string_view content_type, const header_list& extra) override;
-  void begin_stream() override;
+  void begin_stream(const header_list& extra) override;
   void stream(std::string_view sse) override;
   void end_stream(int status, std::string_view last) override;
   bool streaming() const override;
@@ -141,7 +141,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
     finish(status);
   }
 
-  void begin_stream(std::uint64_t serial) {
+  void begin_stream(std::uint64_t serial, const header_list& extra) {
     if (!active(serial) || head_sent_) return;
     head_sent_ = true;
     streaming_ = true;
@@ -151,6 +151,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
     if (!chunked_) keep_alive_ = false;
     std::string head = "HTTP/1.1 200 OK\r\nServer: kiln\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
     if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+    for (const auto& [k, v] : extra) head += k + ": " + v + "\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     append(head);
     flush();
@@ -505,8 +506,8 @@ class connection_impl final : public connection, public std::enable_shared_from_
 void exchange_impl::respond(int status, std::string body, std::string_view content_type, const header_list& extra) {
   if (auto c = conn_.lock()) c->respond(serial_, status, std::move(body), content_type, extra);
 }
-void exchange_impl::begin_stream() {
-  if (auto c = conn_.lock()) c->begin_stream(serial_);
+void exchange_impl::begin_stream(const header_list& extra) {
+  if (auto c = conn_.lock()) c->begin_stream(serial_, extra);
 }
 void exchange_impl::stream(std::string_view sse) {
   if (auto c = conn_.lock()) c->stream(serial_, sse);

@@ -58,7 +58,7 @@ class exchange {
   virtual void respond(int status, std::string body, std::string_view content_type = "application/json",
                        const header_list& extra = {}) = 0;
   /// The head of a 200 text/event-stream answer (chunked for HTTP/1.1, close-delimited for 1.0).
-  virtual void begin_stream() = 0;
+  virtual void begin_stream(const header_list& extra = {}) = 0;
   /// SSE bytes (whole events) to append to the stream.
   virtual void stream(std::string_view sse) = 0;
   /// The stream is complete after `last` (its final events, written with the end in one go,

@@ -1,6 +1,7 @@
 // The OpenAI routes: POST /v1/chat/completions (one chat_call per request, bridging its sink
 // actor's events onto the connection) and GET /v1/models.
 #include <chrono>
+#include <cstdio>
 #include <memory>
 
 #include "actors/stream_sink.hpp"
@@ -66,13 +67,23 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
       append_sse_event(sse_, kSseDone);
       ex_->end_stream(200, sse_);
     } else {
-      ex_->respond(200, completion_json(meta_, text_, ev.finish_reason, u));
+      ex_->respond(200, completion_json(meta_, text_, ev.finish_reason, u), "application/json", rate_headers_);
     }
   }
 
   void on_error(actors::stream_error ev) {
     if (done_ || ev.id != id_) return;
     fail(to_api_error(ev.code, std::move(ev.message), std::move(ev.param), ev.retry_after_s));
+  }
+
+  // OpenAI's x-ratelimit-*-tokens headers, on the answer whatever it is.
+  void on_rate_limit(actors::rate_limit_info ev) {
+    if (done_ || ev.id != id_ || ev.limit_tokens <= 0) return;
+    char reset[32];
+    std::snprintf(reset, sizeof reset, "%.3gs", ev.reset_s);
+    rate_headers_ = {{"x-ratelimit-limit-tokens", std::to_string(ev.limit_tokens)},
+                     {"x-ratelimit-remaining-tokens", std::to_string(ev.remaining_tokens)},
+                     {"x-ratelimit-reset-tokens", reset}};
   }
 
   void on_interrupt(interruption why) {
@@ -89,7 +100,11 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   void fail(const api_error& e) {
     if (done_) return;
     finish();
-    if (!opened_) return ex_->respond(e.status, error_json(e), "application/json", error_headers(e));
+    if (!opened_) {
+      header_list headers = error_headers(e);
+      headers.insert(headers.end(), rate_headers_.begin(), rate_headers_.end());
+      return ex_->respond(e.status, error_json(e), "application/json", headers);
+    }
     // Mid-stream: exactly one error event, then [DONE].
     append_sse_event(sse_, error_json(e));
     append_sse_event(sse_, kSseDone);
@@ -100,7 +115,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   void open_stream() {
     if (opened_) return;
     opened_ = true;
-    ex_->begin_stream();
+    ex_->begin_stream(rate_headers_);
     append_sse_event(sse_, chunk_role_json(meta_));
   }
   void flush() {
@@ -121,6 +136,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   caf::actor sink_;
   bool done_ = false;
   bool opened_ = false;  ///< the stream's head and role chunk have gone out
+  header_list rate_headers_;
   std::string text_, sse_;
   completion_usage usage_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
@@ -133,6 +149,7 @@ class strand_target final : public actors::stream_target {
   void on_tokens(actors::stream_tokens ev) override { post(&chat_call::on_tokens, std::move(ev)); }
   void on_end(actors::stream_end ev) override { post(&chat_call::on_end, std::move(ev)); }
   void on_error(actors::stream_error ev) override { post(&chat_call::on_error, std::move(ev)); }
+  void on_rate_limit(actors::rate_limit_info ev) override { post(&chat_call::on_rate_limit, std::move(ev)); }
 
  private:
   template <class Ev>

@@ -83,3 +83,42 @@ TEST_CASE("tenancy e2e: a store that cannot be opened stops kiln with one clear 
   CHECK(out.find("kiln: cannot open store " + dir) != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("tenancy e2e: over its tokens per minute a team gets 429 with Retry-After; answers carry x-ratelimit headers") {
+  std::string cfg = test_config(2);
+  // search: 600 tokens a minute, a bucket of 300; assistant: no limit.
+  cfg.replace(cfg.find("api_key = \"key-search\"\n"), 23,
+              "api_key = \"key-search\"\n[[teams.limits]]\nmodel = \"chat-7b\"\ntokens_per_minute = 600\nburst = 300\n");
+  kiln_process p(cfg);
+  auto body = [](int max_tokens) {
+    return R"({"model":"chat-7b","max_tokens":)" + std::to_string(max_tokens) +
+           R"(,"messages":[{"role":"user","content":"hi"}]})";
+  };
+  const http_response ok = request(p.port(), "POST", "/v1/chat/completions", body(200), {"Authorization: Bearer key-search"});
+  REQUIRE(ok.status == 200);
+  CHECK(ok.headers.at("x-ratelimit-limit-tokens") == "600");
+  const int remaining = std::stoi(ok.headers.at("x-ratelimit-remaining-tokens"));
+  CHECK(remaining < 100);  // 300 less the charge (prompt + 200)
+  CHECK(ok.headers.count("x-ratelimit-reset-tokens") == 1);
+  const http_response over = request(p.port(), "POST", "/v1/chat/completions", body(250), {"Authorization: Bearer key-search"});
+  REQUIRE(over.status == 429);
+  CHECK(std::stoi(over.headers.at("retry-after")) > 0);
+  CHECK(over.headers.at("x-ratelimit-limit-tokens") == "600");
+  CHECK(over.body.find("\"type\":\"requests\"") != std::string::npos);
+  CHECK(over.body.find("\"code\":\"rate_limit_exceeded\"") != std::string::npos);
+  CHECK(over.body.find("tokens_per_minute") != std::string::npos);
+  // A request that can never fit the bucket: 400 naming max_tokens.
+  const http_response huge = request(p.port(), "POST", "/v1/chat/completions", body(1000), {"Authorization: Bearer key-search"});
+  CHECK(huge.status == 400);
+  CHECK(huge.body.find("\"param\":\"max_tokens\"") != std::string::npos);
+  // The other team is not limited and gets no limit headers.
+  const http_response other = request(p.port(), "POST", "/v1/chat/completions", body(250), {"Authorization: Bearer key-assistant"});
+  CHECK(other.status == 200);
+  CHECK(other.headers.count("x-ratelimit-limit-tokens") == 0);
+  // Streams carry the headers too.
+  const http_response stream = request(p.port(), "POST", "/v1/chat/completions",
+                                       R"({"model":"chat-7b","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]})",
+                                       {"Authorization: Bearer key-search"});
+  if (stream.status == 200) CHECK(stream.headers.at("x-ratelimit-limit-tokens") == "600");
+  else CHECK(stream.status == 429);
+}

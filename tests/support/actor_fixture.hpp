@@ -30,6 +30,7 @@ struct recorded_stream : actors::stream_target {
   std::vector<actors::stream_tokens> tokens;
   std::vector<actors::stream_end> ends;
   std::vector<actors::stream_error> errors;
+  std::vector<actors::rate_limit_info> rate_limits;
   std::vector<std::string> order;  ///< "tokens", "end", "error"
 
   void on_tokens(actors::stream_tokens ev) override {
@@ -44,6 +45,7 @@ struct recorded_stream : actors::stream_target {
     order.push_back("error");
     errors.push_back(std::move(ev));
   }
+  void on_rate_limit(actors::rate_limit_info ev) override { rate_limits.push_back(ev); }
   bool terminal() const { return !ends.empty() || !errors.empty(); }
   std::string text() const {
     std::string t;

@@ -37,9 +37,10 @@ struct node_fixture : actor_fixture {
   caf::actor node;
   std::vector<caf::actor> sinks;
 
-  explicit node_fixture(config::kiln_config c = sim_node_config(2))
+  explicit node_fixture(config::kiln_config c = sim_node_config(2),
+                        std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>())
       : cfg(std::make_shared<const config::kiln_config>(std::move(c))) {
-    node = actors::spawn_node(sys, {cfg, gauges, actors::make_inline_loader(), 7});
+    node = actors::spawn_node(sys, {cfg, gauges, actors::make_inline_loader(), 7, std::move(tenants)});
     vt.run_ready();
   }
   ~node_fixture() {

@@ -1,0 +1,61 @@
+#pragma once
+// What admission knows of each team's use of each model: its token bucket, its requests in
+// flight and what each was charged. A request is charged prompt + max_tokens and takes a
+// concurrency slot before it runs; when its owner reports its end, what it did not use goes
+// back and the slot is free. A plain class: admission drives it with the actor clock.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "actors/messages.hpp"
+#include "actors/token_bucket.hpp"
+#include "config/store.hpp"
+
+namespace kiln::actors {
+
+class team_ledger {
+ public:
+  using time_point = token_bucket::time_point;
+
+  explicit team_ledger(std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>());
+  /// New teams or limits take effect at once; buckets keep what they hold (up to a new burst).
+  void set_tenancy(std::shared_ptr<const config::tenancy> tenants, time_point now);
+
+  /// The tier a team may use: a more urgent ask is lowered to the team's highest tier.
+  engine::priority clamp(const std::string& team, engine::priority asked) const;
+  /// Charges prompt + max_tokens and takes a slot, or says why not (429 over_limit with
+  /// Retry-After, or 400 when the charge can never fit the team's bucket).
+  std::optional<stream_error> admit(const request& r, time_point now);
+  /// The request has ended: refunds what it did not use, frees its slot. False: unknown id.
+  bool release(const request_released& r, time_point now);
+  /// The team's limit for the model as it stands (for the x-ratelimit-* headers).
+  rate_limit_info limit_info(const request& r, time_point now);
+
+  int in_flight(const std::string& team, const std::string& model) const;
+  std::int64_t tokens_in_flight(const std::string& team, const std::string& model) const;
+  std::size_t charges() const { return charges_.size(); }
+
+ private:
+  struct account {
+    std::optional<token_bucket> bucket;
+    int in_flight = 0;
+    std::int64_t tokens_in_flight = 0;
+  };
+  struct charge {
+    std::string team;
+    std::string model;
+    std::int64_t tokens = 0;
+  };
+  const config::team_limit* limit(const std::string& team, const std::string& model) const;
+  account& account_for(const std::string& team, const std::string& model, time_point now);
+
+  std::shared_ptr<const config::tenancy> tenants_;
+  std::map<std::pair<std::string, std::string>, account> accounts_;
+  std::unordered_map<request_id, charge, request_id_hash> charges_;
+};
+
+}  // namespace kiln::actors
