@@ -62,6 +62,97 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   return pool.router;
 }
 
+pool_gate& admission_state::gate(const std::string& key) {
+  auto it = gates.find(key);
+  if (it != gates.end()) return it->second;
+  const config::pool_config& p = *pools.at(key).runtime->cfg;
+  return gates.try_emplace(key, p.pool_capacity_tokens(), static_cast<std::size_t>(p.queue_limit),
+                           std::chrono::milliseconds(p.first_token_timeout_ms))
+      .first->second;
+}
+
+namespace {
+
+using stateful = caf::stateful_actor<admission_state>;
+
+void arm_sweep(stateful* self);
+
+// Sends what may run to its router; ends what was refused, refunding its charge.
+void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  for (auto& r : m.run) {
+    const caf::actor router = st.pools.at(key).router;
+    if (!router) {  // the pool stopped serving while it waited
+      m.refused.push_back({std::move(r), admission_verdict::shed});
+      continue;
+    }
+    // The router acknowledges at once; a router that died first (its mailbox included)
+    // bounces the request back, and the client hears so now rather than never.
+    self->request(router, caf::infinite, r)
+        .then([] {},
+              [self, key, sink = r.sink, id = r.id, model = r.model](caf::error&) {
+                auto& st = self->state;
+                const auto now = self->clock().now();
+                st.ledger.release(request_released{id, {}, true, false, ""}, now);
+                st.gate_of.erase(id);
+                pool_gate::moves more;
+                st.gate(key).end(id, now, more);
+                self->send(sink, stream_error{id, errc::unavailable, "The router of " + model + " was lost; retry.", "", 1});
+                apply(self, key, more);
+              });
+  }
+  for (auto& f : m.refused) {
+    const request& r = f.r;
+    st.ledger.release(request_released{r.id, {}, true, false, ""}, now);
+    st.gate_of.erase(r.id);
+    switch (f.why) {
+      case admission_verdict::over_share:
+        self->send(r.sink, stream_error{r.id, errc::over_limit,
+                                        "The pool of " + key + " is full and team " + r.team +
+                                            " is above its guaranteed share of it.",
+                                        "", 1});
+        break;
+      case admission_verdict::shed:
+      case admission_verdict::run:
+        self->send(r.sink, stream_error{r.id, errc::shed,
+                                        "The pool of " + key + " is overloaded; " +
+                                            std::string(engine::to_string(r.priority)) + " requests are being shed.",
+                                        "", 1});
+        break;
+      case admission_verdict::wait:
+        self->send(r.sink, stream_error{r.id, errc::timed_out,
+                                        "The request waited too long for room in the pool of " + key + ".", "", 0});
+        break;
+    }
+  }
+  m = {};
+}
+
+void sweep(stateful* self) {
+  auto& st = self->state;
+  st.sweep_armed = false;
+  const auto now = self->clock().now();
+  for (auto& [key, g] : st.gates) {
+    pool_gate::moves m;
+    g.expire(now, m);
+    apply(self, key, m);
+  }
+  arm_sweep(self);
+}
+
+void arm_sweep(stateful* self) {
+  auto& st = self->state;
+  if (st.sweep_armed) return;
+  auto next = pool_gate::time_point::max();
+  for (const auto& [key, g] : st.gates) next = std::min(next, g.next_expiry());
+  if (next == pool_gate::time_point::max()) return;
+  st.sweep_armed = true;
+  self->delayed_send(self, std::max(caf::timespan{0}, next - self->clock().now()), tick_atom::value);
+}
+
+}  // namespace
+
 caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
                         std::shared_ptr<const config::tenancy> tenants) {
   self->state.cfg = std::move(cfg);
@@ -88,17 +179,28 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           return;
         }
         self->send(r.sink, st.ledger.limit_info(r, now));
-        // The router acknowledges at once; a router that died first (its mailbox included)
-        // bounces the request back, and the client hears so now rather than never.
-        self->request(std::get<caf::actor>(admitted), caf::infinite, r)
-            .then([] {},
-                  [self, sink = r.sink, id = r.id, model = r.model](caf::error&) {
-                    self->state.ledger.release(request_released{id, {}, true, false, ""}, self->clock().now());
-                    self->send(sink, stream_error{id, errc::unavailable,
-                                                  "The router of " + model + " was lost; retry.", "", 1});
-                  });
+        const std::string key = r.model + "@" + r.version;
+        const std::int64_t charge = request_tokens(r);
+        const double share = st.ledger.share(r.team, r.model);
+        st.gate_of[r.id] = key;
+        pool_gate::moves m;
+        st.gate(key).arrive(std::move(r), charge, share, now, m);
+        apply(self, key, m);
+        arm_sweep(self);
       },
-      [self](request_released& r) { self->state.ledger.release(r, self->clock().now()); },
+      [self](request_released& r) {
+        auto& st = self->state;
+        const auto now = self->clock().now();
+        st.ledger.release(r, now);
+        auto it = st.gate_of.find(r.id);
+        if (it == st.gate_of.end()) return;
+        const std::string key = it->second;
+        st.gate_of.erase(it);
+        pool_gate::moves m;
+        st.gate(key).end(r.id, now, m);
+        apply(self, key, m);
+      },
+      [self](tick_atom) { sweep(self); },
       [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },
       [self](pool_update& u) {
         self->state.pools[u.model + "@" + u.version] = std::move(u);

@@ -6,12 +6,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <variant>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/pool_gate.hpp"
 #include "actors/pool_supervisor.hpp"
 #include "actors/team_ledger.hpp"
 #include "config/config.hpp"
@@ -26,7 +28,13 @@ struct tenancy_update {
 struct admission_state {
   std::shared_ptr<const config::kiln_config> cfg;
   std::map<std::string, pool_update, std::less<>> pools;  ///< by model@version
-  team_ledger ledger;
+  team_ledger ledger;                                      ///< buckets and slots per team and model
+  std::map<std::string, pool_gate, std::less<>> gates;     ///< load and queues per model@version
+  std::unordered_map<request_id, std::string, request_id_hash> gate_of;  ///< admitted: its pool
+  bool sweep_armed = false;
+
+  /// The gate of a pool, made on first use from its config.
+  pool_gate& gate(const std::string& key);
 
   /// Fills in version, prompt tokens and defaults and names the router, or says why the
   /// request cannot run.

@@ -99,6 +99,11 @@ rate_limit_info team_ledger::limit_info(const request& r, time_point now) {
   return info;
 }
 
+double team_ledger::share(const std::string& team, const std::string& model) const {
+  const config::team_limit* l = limit(team, model);
+  return l ? l->guaranteed_share : 0;
+}
+
 int team_ledger::in_flight(const std::string& team, const std::string& model) const {
   auto it = accounts_.find({team, model});
   return it == accounts_.end() ? 0 : it->second.in_flight;

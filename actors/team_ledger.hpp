@@ -35,6 +35,8 @@ class team_ledger {
   /// The team's limit for the model as it stands (for the x-ratelimit-* headers).
   rate_limit_info limit_info(const request& r, time_point now);
 
+  /// The team's guaranteed share of the model's pool (0: none).
+  double share(const std::string& team, const std::string& model) const;
   int in_flight(const std::string& team, const std::string& model) const;
   std::int64_t tokens_in_flight(const std::string& team, const std::string& model) const;
   std::size_t charges() const { return charges_.size(); }

@@ -175,6 +175,8 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("request_timeout_ms", p.request_timeout_ms, 1, 8.64e7);
   r.number("restart_intensity", p.restart_intensity, 0, 1e6);
   r.number("restart_period_ms", p.restart_period_ms, 1, 8.64e7);
+  r.number("capacity_tokens", p.capacity_tokens, 0, 1e12);
+  r.number("queue_limit", p.queue_limit, 0, 1e7);
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
   if (const auto* s = r.table("sim_text")) {
@@ -316,6 +318,12 @@ std::string expand_home(const std::string& path) {
 }  // namespace
 
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
+
+std::int64_t pool_config::pool_capacity_tokens() const {
+  if (capacity_tokens > 0) return capacity_tokens * replicas;
+  if (executor == executor_kind::cuda) return 0;  // the device sizes its KV at start
+  return static_cast<std::int64_t>(engine_kv_blocks() - 1) * block_size * replicas;
+}
 
 const pool_config* kiln_config::pool_for(std::string_view model, std::string_view version) const {
   for (const auto& p : pools)

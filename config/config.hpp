@@ -66,6 +66,8 @@ struct pool_config {
   int request_timeout_ms = 600000;      ///< a request not finished by then ends
   int restart_intensity = 5;            ///< restarts allowed within restart_period_ms ...
   int restart_period_ms = 60000;        ///< ... past which a replica gives up (its pool degrades)
+  std::int64_t capacity_tokens = 0;     ///< tokens in flight one replica carries at full load; 0: its KV cache
+  int queue_limit = 256;                ///< requests waiting in admission for this pool, all tiers
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;
@@ -75,6 +77,8 @@ struct pool_config {
   int engine_kv_blocks() const;
   /// model_dir with a leading "~/" expanded.
   std::string resolved_model_dir() const;
+  /// Tokens in flight the whole pool carries at full load (0: unknown, no overload control).
+  std::int64_t pool_capacity_tokens() const;
 };
 
 /// A model's alias: `"model":"chat-7b"` means its live version.

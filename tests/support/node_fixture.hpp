@@ -57,7 +57,8 @@ struct node_fixture : actor_fixture {
 
   open_request submit(int max_tokens, const std::string& prompt = "hello kiln", std::uint64_t seed = 1,
                       const std::string& model = "chat-7b", const std::string& team = "search",
-                      const std::string& conversation = "") {
+                      const std::string& conversation = "",
+                      engine::priority tier = engine::priority::standard) {
     open_request o;
     o.sink = actors::spawn_stream_sink(sys, o.rec);
     sinks.push_back(o.sink);
@@ -70,6 +71,7 @@ struct node_fixture : actor_fixture {
     r.sampling.max_tokens = max_tokens;
     r.sampling.temperature = 0.7;
     r.sampling.seed = seed;
+    r.priority = tier;
     r.sink = o.sink;
     actors::submit(sys, std::move(r));
     return o;
