@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/admission.hpp"
+#include "actors/store_writer.hpp"
 
 namespace kiln::actors {
 
@@ -106,6 +107,15 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                      return a;
                    },
                    restart_policy::permanent});
+  if (st.d.store) {
+    specs.push_back({"store",
+                     [db = st.d.store, board = st.d.board](caf::local_actor* parent) {
+                       auto a = parent->system().spawn(store_writer, db, board, caf::actor_cast<caf::actor>(parent));
+                       parent->system().registry().put(store_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                       return a;
+                     },
+                     restart_policy::permanent});
+  }
   for (const auto& p : cfg->pools) {
     pool_deps pd;
     pd.cfg = std::make_shared<const config::pool_config>(p);

@@ -23,6 +23,7 @@ namespace kiln::actors {
 /// The registry names the front finds actors by.
 inline constexpr caf::atom_value admission_name = caf::atom("admission");
 inline constexpr caf::atom_value node_name = caf::atom("node");
+inline constexpr caf::atom_value store_name = caf::atom("store");
 
 /// Admin: the state of every pool (version) of a model.
 struct pool_state_request {
@@ -54,6 +55,8 @@ struct node_deps {
   std::shared_ptr<actors::loader> loader;
   std::uint64_t chaos_seed = 1;  ///< picks "random" chaos targets
   std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>();
+  std::shared_ptr<config::store> store;           ///< null: no store writer (actor tests)
+  std::shared_ptr<config::tenancy_board> board;   ///< where the store writer publishes
 };
 
 struct node_state {

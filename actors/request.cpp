@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <random>
 
+#include <caf/make_message.hpp>
+#include <caf/atom.hpp>
+
 #include "actors/messages.hpp"
 
 namespace kiln::actors {
@@ -61,6 +64,15 @@ bool retryable(errc e) {
       return false;
   }
   return false;
+}
+
+caf::error make_error(errc e, std::string message) {
+  return caf::error(static_cast<std::uint8_t>(e), caf::atom("kiln"), caf::make_message(std::move(message)));
+}
+
+std::optional<errc> kiln_error(const caf::error& e) {
+  if (e.category() != caf::atom("kiln")) return std::nullopt;
+  return static_cast<errc>(e.code());
 }
 
 std::string_view to_string(replica_phase p) {

@@ -80,6 +80,10 @@ enum class errc : std::uint8_t {
 std::string_view to_string(errc e);
 /// Whether the owner may send the request to another replica (before its first token).
 bool retryable(errc e);
+/// An actor's answer that failed with one of kiln's errors (net/ maps it like any other).
+caf::error make_error(errc e, std::string message);
+/// The kiln error an actor answered with, if it was one.
+std::optional<errc> kiln_error(const caf::error& e);
 
 /// One message of a conversation, as the client sent it.
 struct chat_turn {

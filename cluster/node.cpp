@@ -144,7 +144,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
 
   auto gauges = std::make_shared<actors::fleet_gauges>();
   auto ids = std::make_shared<actors::request_ids>();
-  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get()};
+  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants};
   const caf::actor node = actors::spawn_node(sys, nd);
 
   net::server_deps deps;

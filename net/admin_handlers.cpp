@@ -8,8 +8,7 @@
 
 #include "actors/ask.hpp"
 #include "actors/node_supervisor.hpp"
-#include "net/errors.hpp"
-#include "net/front.hpp"
+#include "net/admin_reply.hpp"
 
 namespace kiln::net {
 
@@ -24,21 +23,6 @@ std::int64_t unix_ms() {
 
 caf::actor node_of(front& f) {
   return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::node_name));
-}
-
-void answer_json(const std::shared_ptr<exchange>& ex, int status, json body) {
-  ex->post([ex, status, text = body.dump()]() mutable { ex->respond(status, std::move(text)); });
-}
-
-void answer_error(const std::shared_ptr<exchange>& ex, const api_error& e) {
-  ex->post([ex, e] { ex->respond(e.status, error_json(e), "application/json", error_headers(e)); });
-}
-
-// An actor's refusal (a bad name) is 404; no answer at all is 503.
-void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err) {
-  if (err == caf::sec::invalid_argument)
-    return answer_error(ex, {404, "invalid_request_error", actors::error_text(*f.deps.sys, err), "", "not_found"});
-  answer_error(ex, to_api_error(actors::errc::unavailable, "The node did not answer: " + actors::error_text(*f.deps.sys, err)));
 }
 
 json pool_json(const std::string& model, const std::vector<actors::pool_view>& views) {
@@ -89,7 +73,7 @@ void pool_state(front& f, const std::shared_ptr<exchange>& ex, const std::string
   actors::ask<std::vector<actors::pool_view>>(
       *f.deps.sys, node_of(f), actors::pool_state_request{model}, kAskTimeout,
       [&f, ex, model](caf::expected<std::vector<actors::pool_view>> r) {
-        if (!r) return answer_failure(f, ex, r.error());
+        if (!r) return answer_failure(f, ex, r.error(), "node");
         answer_json(ex, 200, pool_json(model, *r));
       });
 }
@@ -97,7 +81,7 @@ void pool_state(front& f, const std::shared_ptr<exchange>& ex, const std::string
 void drain(front& f, const std::shared_ptr<exchange>& ex, const std::string& id) {
   actors::ask<std::string>(*f.deps.sys, node_of(f), actors::drain_replica{id}, kAskTimeout,
                            [&f, ex, id](caf::expected<std::string> r) {
-                             if (!r) return answer_failure(f, ex, r.error());
+                             if (!r) return answer_failure(f, ex, r.error(), "node");
                              answer_json(ex, 200, {{"replica_id", id}, {"state", *r}});
                            });
 }
@@ -138,7 +122,7 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
       return bad("Unknown field '" + k + "'.", k);
   actors::ask<actors::chaos_report>(*f.deps.sys, node_of(f), c, kAskTimeout,
                                     [&f, ex, c](caf::expected<actors::chaos_report> r) {
-                                      if (!r) return answer_failure(f, ex, r.error());
+                                      if (!r) return answer_failure(f, ex, r.error(), "node");
                                       json out = {{"target", r->target}, {"id", r->id},           {"model", r->model},
                                                   {"version", r->version}, {"action", r->action}};
                                       if (c.action == actors::chaos_action::freeze || c.action == actors::chaos_action::slow)
@@ -149,6 +133,17 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
 }
 
 }  // namespace
+
+void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err, const std::string& who) {
+  const std::string text = actors::error_text(*f.deps.sys, err);
+  if (auto code = actors::kiln_error(err)) {
+    api_error e = to_api_error(*code, text);
+    if (*code == actors::errc::unknown_model) e.code = "not_found";
+    return answer_error(ex, e);
+  }
+  if (err == caf::sec::invalid_argument) return answer_error(ex, {404, "invalid_request_error", text, "", "not_found"});
+  answer_error(ex, to_api_error(actors::errc::unavailable, "The " + who + " did not answer: " + text));
+}
 
 void add_admin_routes(front& f) {
   f.routes.add("GET", "/admin/pools/{model}/state", access::admin,

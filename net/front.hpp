@@ -18,6 +18,7 @@ struct front {
 /// Each adds its paths to the front's route table.
 void add_openai_routes(front& f);
 void add_admin_routes(front& f);
+void add_team_routes(front& f);
 void add_ops_routes(front& f);
 
 }  // namespace kiln::net

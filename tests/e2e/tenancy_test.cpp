@@ -122,3 +122,58 @@ TEST_CASE("tenancy e2e: over its tokens per minute a team gets 429 with Retry-Af
   if (stream.status == 200) CHECK(stream.headers.at("x-ratelimit-limit-tokens") == "600");
   else CHECK(stream.status == 429);
 }
+
+TEST_CASE("tenancy e2e: a team key on every admin route gets 403, no key 401; errors name no other team") {
+  kiln_process p(test_config(1));
+  const std::vector<std::pair<std::string, std::string>> routes = {
+      {"GET", "/admin/pools/chat-7b/state"},         {"PUT", "/admin/replicas/chat-7b-v1-r0/drain"},
+      {"POST", "/admin/chaos"},                      {"GET", "/admin/teams/assistant/limits"},
+      {"PUT", "/admin/teams/assistant/limits"},      {"POST", "/admin/teams"},
+      {"DELETE", "/admin/teams/assistant/keys/k1"},  {"GET", "/admin/teams/assistant/usage"}};
+  for (const auto& [method, path] : routes) {
+    CAPTURE(method + " " + path);
+    const http_response forbidden = request(p.port(), method, path, "{}", {"Authorization: Bearer key-search"});
+    CHECK(forbidden.status == 403);
+    CHECK(forbidden.body.find("assistant") == std::string::npos);
+    CHECK(request(p.port(), method, path, "{}").status == 401);
+  }
+}
+
+TEST_CASE("tenancy e2e: limits change live through the admin API; new teams get a key once; revoked keys stop working") {
+  kiln_process p(test_config(1));
+  const std::vector<std::string> admin = {"Authorization: Bearer key-admin"};
+  const std::string chat = R"({"model":"chat-7b","max_tokens":250,"messages":[{"role":"user","content":"hi"}]})";
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat, {"Authorization: Bearer key-search"}).status == 200);
+  const http_response put = request(p.port(), "PUT", "/admin/teams/search/limits",
+                                    R"({"model":"chat-7b","tokens_per_minute":600,"burst":300,"max_concurrency":5})", admin);
+  REQUIRE(put.status == 200);
+  CHECK(put.body.find("\"tokens_per_minute\":600") != std::string::npos);
+  CHECK(request(p.port(), "GET", "/admin/teams/search/limits", "", admin).body == put.body);
+  // At once, no restart: one request fits the 300-token bucket, the next does not.
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat, {"Authorization: Bearer key-search"}).status == 200);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat, {"Authorization: Bearer key-search"}).status == 429);
+  // Bad limits: 400 naming the field; an unknown team: 404.
+  CHECK(request(p.port(), "PUT", "/admin/teams/search/limits", R"({"model":"chat-7b","guaranteed_share":1.5})", admin).status == 400);
+  CHECK(request(p.port(), "PUT", "/admin/teams/search/limits", R"({"tokens_per_minute":5})", admin).status == 400);
+  CHECK(request(p.port(), "PUT", "/admin/teams/nobody/limits", R"({"model":"chat-7b"})", admin).status == 404);
+  // A new team: its key is shown once and works at once; revoked, it stops working.
+  const http_response made = request(p.port(), "POST", "/admin/teams", R"({"team":"ml-eval","max_priority":"batch"})", admin);
+  REQUIRE(made.status == 201);
+  const auto key_at = made.body.find("\"key\":\"") + 7;
+  const std::string key = made.body.substr(key_at, made.body.find('"', key_at) - key_at);
+  const auto id_at = made.body.find("\"key_id\":\"") + 10;
+  const std::string key_id = made.body.substr(id_at, made.body.find('"', id_at) - id_at);
+  CHECK(key.rfind("kiln-", 0) == 0);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat, {"Authorization: Bearer " + key}).status == 200);
+  CHECK(request(p.port(), "POST", "/admin/teams", R"({"team":"ml-eval"})", admin).status == 400);
+  CHECK(request(p.port(), "POST", "/admin/teams", R"({"team":"bad name!"})", admin).status == 400);
+  CHECK(request(p.port(), "DELETE", "/admin/teams/ml-eval/keys/" + key_id, "", admin).status == 200);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat, {"Authorization: Bearer " + key}).status == 401);
+  CHECK(request(p.port(), "DELETE", "/admin/teams/ml-eval/keys/" + key_id, "", admin).status == 404);
+  // The store holds it all, for the next start.
+  if (::access("/usr/bin/sqlite3", X_OK) == 0) {
+    CHECK(sqlite_one(p.store_path(), "select max_priority from teams where team='ml-eval'") == "batch");
+    CHECK(sqlite_one(p.store_path(), "select tokens_per_minute from team_limits where team='search'") == "600.0");
+    CHECK(sqlite_one(p.store_path(), "select count(*) from api_keys where team='ml-eval' and revoked_at is not null") == "1");
+  }
+}

@@ -40,7 +40,13 @@ struct node_fixture : actor_fixture {
   explicit node_fixture(config::kiln_config c = sim_node_config(2),
                         std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>())
       : cfg(std::make_shared<const config::kiln_config>(std::move(c))) {
-    node = actors::spawn_node(sys, {cfg, gauges, actors::make_inline_loader(), 7, std::move(tenants)});
+    actors::node_deps d;
+    d.cfg = cfg;
+    d.gauges = gauges;
+    d.loader = actors::make_inline_loader();
+    d.chaos_seed = 7;
+    d.tenants = std::move(tenants);
+    node = actors::spawn_node(sys, std::move(d));
     vt.run_ready();
   }
   ~node_fixture() {

@@ -1,0 +1,152 @@
+#include "actors/store_writer.hpp"
+
+#include <optional>
+
+#include <caf/all.hpp>
+
+#include "actors/admission.hpp"
+
+namespace kiln::actors {
+
+namespace {
+
+using stateful = caf::stateful_actor<store_writer_state>;
+using stored_atom = caf::atom_constant<caf::atom("stored")>;
+
+// Runs `op` on the writer's thread; `then` runs in the actor with what it returned.
+template <class R>
+void on_disk(stateful* self, std::function<R(config::store&)> op, std::function<void(R&)> then) {
+  auto& st = self->state;
+  const std::uint64_t ticket = ++st.next_ticket;
+  auto result = std::make_shared<std::optional<R>>();
+  st.pending[ticket] = [result, then = std::move(then)] { then(**result); };
+  st.thread->run([db = st.db, op = std::move(op), result, handle = caf::actor_cast<caf::actor>(self), ticket] {
+    *result = op(*db);
+    caf::anon_send(handle, stored_atom::value, ticket);  // the message orders the write before the read
+  });
+}
+
+// What a call that changes the tenancy brings back: an error, or the tenancy after it.
+struct changed {
+  std::optional<std::string> error;
+  config::tenancy tenants;
+};
+
+void publish(stateful* self, config::tenancy t) {
+  auto& st = self->state;
+  st.board->set(t);
+  if (st.node) self->send(st.node, tenancy_update{st.board->get()});
+}
+
+bool team_known(stateful* self, const std::string& team) { return self->state.board->get()->team(team) != nullptr; }
+
+}  // namespace
+
+caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, std::shared_ptr<config::tenancy_board> board,
+                           caf::actor node) {
+  auto& st = self->state;
+  st.db = std::move(db);
+  st.thread = make_thread_loader(1);
+  st.board = std::move(board);
+  st.node = std::move(node);
+  return {
+      [self](stored_atom, std::uint64_t ticket) {
+        auto it = self->state.pending.find(ticket);
+        if (it == self->state.pending.end()) return;
+        auto done = std::move(it->second);
+        self->state.pending.erase(it);
+        done();
+      },
+      [self](get_limits& q) -> caf::result<std::vector<config::team_limit>> {
+        const auto t = self->state.board->get();
+        const config::team_config* team = t->team(q.team);
+        if (!team) return make_error(errc::unknown_model, "No team named " + q.team + ".");
+        return team->limits;
+      },
+      [self](put_limit& p) -> caf::result<std::vector<config::team_limit>> {
+        const auto t = self->state.board->get();
+        if (!t->team(p.team)) return make_error(errc::unknown_model, "No team named " + p.team + ".");
+        double shares = p.limit.guaranteed_share;
+        for (const auto& other : t->teams)
+          if (other.name != p.team)
+            if (const auto* l = other.limit_for(p.limit.model)) shares += l->guaranteed_share;
+        if (shares > 1 + 1e-9)
+          return make_error(errc::invalid_request, "The guaranteed shares of " + p.limit.model +
+                                                       " would add up to more than 1.");
+        auto rp = self->make_response_promise<std::vector<config::team_limit>>();
+        on_disk<changed>(
+            self,
+            [p](config::store& s) {
+              changed c;
+              c.error = s.put_limit(p.team, p.limit);
+              c.tenants = s.load_tenancy();
+              return c;
+            },
+            [self, rp, team = p.team](changed& c) mutable {
+              if (c.error) {
+                rp.deliver(make_error(errc::internal, "The store refused the limit: " + *c.error));
+                return;
+              }
+              publish(self, c.tenants);
+              rp.deliver(c.tenants.team(team)->limits);
+            });
+        return rp;
+      },
+      [self](create_team& c) -> caf::result<team_created> {
+        if (team_known(self, c.team)) return make_error(errc::invalid_request, "Team " + c.team + " exists already.");
+        auto rp = self->make_response_promise<team_created>();
+        const std::string key = config::new_api_key();
+        on_disk<std::pair<changed, std::string>>(
+            self,
+            [c, key](config::store& s) {
+              std::pair<changed, std::string> out;
+              out.first.error = s.add_team(c.team, c.name.empty() ? c.team : c.name, c.max_priority);
+              if (!out.first.error) {
+                auto id = s.add_key(c.team, key);
+                if (id.index() == 1) out.first.error = std::get<1>(id);
+                else out.second = std::get<0>(id);
+              }
+              out.first.tenants = s.load_tenancy();
+              return out;
+            },
+            [self, rp, team = c.team, key](std::pair<changed, std::string>& r) mutable {
+              if (r.first.error) {
+                rp.deliver(make_error(errc::internal, "The store refused the team: " + *r.first.error));
+                return;
+              }
+              publish(self, r.first.tenants);
+              rp.deliver(team_created{team, key, r.second});
+            });
+        return rp;
+      },
+      [self](revoke_key& r) -> caf::result<std::string> {
+        if (!team_known(self, r.team)) return make_error(errc::unknown_model, "No team named " + r.team + ".");
+        auto rp = self->make_response_promise<std::string>();
+        on_disk<std::pair<bool, config::tenancy>>(
+            self,
+            [r](config::store& s) {
+              const bool revoked = s.revoke_key(r.team, r.key_id);  // before the tenancy is read back
+              return std::make_pair(revoked, s.load_tenancy());
+            },
+            [self, rp, r](std::pair<bool, config::tenancy>& out) mutable {
+              if (!out.first) {
+                rp.deliver(make_error(errc::unknown_model, "Team " + r.team + " has no live key " + r.key_id + "."));
+                return;
+              }
+              publish(self, out.second);
+              rp.deliver(r.key_id);
+            });
+        return rp;
+      },
+      [self](usage_query& q) -> caf::result<std::vector<config::usage_row>> {
+        if (!team_known(self, q.team)) return make_error(errc::unknown_model, "No team named " + q.team + ".");
+        auto rp = self->make_response_promise<std::vector<config::usage_row>>();
+        on_disk<std::vector<config::usage_row>>(
+            self, [q](config::store& s) { return s.usage(q.team, q.model, q.from_minute, q.to_minute); },
+            [rp](std::vector<config::usage_row>& rows) mutable { rp.deliver(std::move(rows)); });
+        return rp;
+      },
+  };
+}
+
+}  // namespace kiln::actors

@@ -1,0 +1,119 @@
+#pragma once
+// The one writer of the control-plane store. Each call runs on the writer's own thread (the
+// store blocks on disk; an actor must not), and its end comes back as a message, which
+// answers the caller. A call that changes teams, keys or limits publishes the new tenancy:
+// to the board the front authenticates with, and through the node to admission.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/loader.hpp"
+#include "actors/messages.hpp"
+#include "config/store.hpp"
+
+namespace kiln::config {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, team_limit& x) {
+  return f(caf::meta::type_name("team_limit"), x.model, x.tokens_per_minute, x.burst, x.max_concurrency,
+           x.guaranteed_share);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_row& x) {
+  return f(caf::meta::type_name("usage_row"), x.team, x.model, x.version, x.minute, x.prompt_tokens, x.cached_tokens,
+           x.output_tokens, x.requests, x.shed);
+}
+
+}  // namespace kiln::config
+
+namespace kiln::actors {
+
+/// Admin: replace one limit of a team (model, tokens_per_minute, burst, max_concurrency,
+/// guaranteed_share); answers the team's limits.
+struct put_limit {
+  std::string team;
+  config::team_limit limit;
+};
+struct get_limits {
+  std::string team;
+};
+/// Admin: a new team with a first key, shown once.
+struct create_team {
+  std::string team;
+  std::string name;
+  engine::priority max_priority = engine::priority::interactive;
+};
+struct revoke_key {
+  std::string team;
+  std::string key_id;
+};
+struct usage_query {
+  std::string team;
+  std::string model;  ///< "": all
+  std::int64_t from_minute = 0;
+  std::int64_t to_minute = 0;
+};
+/// Rows to add to the usage table (from metering).
+struct usage_fold {
+  std::vector<config::usage_row> rows;
+  std::uint64_t through_seq = 0;  ///< the last usage record these rows include
+};
+/// A new team's key, in clear this once.
+struct team_created {
+  std::string team;
+  std::string key;
+  std::string key_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, team_created& x) {
+  return f(caf::meta::type_name("team_created"), x.team, x.key, x.key_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, put_limit& x) {
+  return f(caf::meta::type_name("put_limit"), x.team, x.limit);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, get_limits& x) {
+  return f(caf::meta::type_name("get_limits"), x.team);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, create_team& x) {
+  return f(caf::meta::type_name("create_team"), x.team, x.name, x.max_priority);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, revoke_key& x) {
+  return f(caf::meta::type_name("revoke_key"), x.team, x.key_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_query& x) {
+  return f(caf::meta::type_name("usage_query"), x.team, x.model, x.from_minute, x.to_minute);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_fold& x) {
+  return f(caf::meta::type_name("usage_fold"), x.rows, x.through_seq);
+}
+
+struct store_writer_state {
+  std::shared_ptr<config::store> db;
+  std::shared_ptr<loader> thread;                  ///< the writer's own thread
+  std::shared_ptr<config::tenancy_board> board;
+  caf::actor node;                                 ///< forwards tenancy updates to admission
+  std::uint64_t next_ticket = 0;
+  std::unordered_map<std::uint64_t, std::function<void()>> pending;  ///< what runs when a call ends
+  static inline const char* name = "kiln.store";
+};
+
+caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self, std::shared_ptr<config::store> db,
+                           std::shared_ptr<config::tenancy_board> board, caf::actor node);
+
+}  // namespace kiln::actors
+

@@ -1,0 +1,27 @@
+#pragma once
+// What the admin handlers share (internal to net/): answering from a CAF thread, after an
+// actor replied, on the connection's strand; and turning an actor's failure into an answer.
+#include <memory>
+#include <string>
+
+#include <caf/error.hpp>
+#include <nlohmann/json.hpp>
+
+#include "net/errors.hpp"
+#include "net/front.hpp"
+
+namespace kiln::net {
+
+inline void answer_json(const std::shared_ptr<exchange>& ex, int status, const nlohmann::json& body) {
+  ex->post([ex, status, text = body.dump()]() mutable { ex->respond(status, std::move(text)); });
+}
+
+inline void answer_error(const std::shared_ptr<exchange>& ex, const api_error& e) {
+  ex->post([ex, e] { ex->respond(e.status, error_json(e), "application/json", error_headers(e)); });
+}
+
+/// kiln's own errors map as everywhere (unknown names are 404 not_found); a bad name from
+/// the node is 404 too; no answer at all is 503.
+void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err, const std::string& who);
+
+}  // namespace kiln::net
