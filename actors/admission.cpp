@@ -4,6 +4,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/meter.hpp"
+
 namespace kiln::actors {
 
 namespace {
@@ -77,6 +79,13 @@ using stateful = caf::stateful_actor<admission_state>;
 
 void arm_sweep(stateful* self);
 
+// A refused request counts as shed in the team's usage.
+void note_refusal(stateful* self, const request& r) {
+  if (r.team.empty()) return;
+  if (auto m = caf::actor_cast<caf::actor>(self->system().registry().get(meter_name)))
+    self->send(m, usage_note{r.id, r.team, r.model, r.version, {}, false});
+}
+
 // Sends what may run to its router; ends what was refused, refunding its charge.
 void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
   auto& st = self->state;
@@ -105,6 +114,7 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
   for (auto& f : m.refused) {
     const request& r = f.r;
     st.ledger.release(request_released{r.id, {}, true, false, ""}, now);
+    note_refusal(self, r);
     st.gate_of.erase(r.id);
     switch (f.why) {
       case admission_verdict::over_share:
@@ -175,6 +185,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         r.priority = st.ledger.clamp(r.team, r.priority);
         if (auto refused = st.ledger.admit(r, now)) {
           self->send(r.sink, st.ledger.limit_info(r, now));
+          if (refused->code == errc::over_limit) note_refusal(self, r);
           self->send(r.sink, std::move(*refused));
           return;
         }

@@ -116,6 +116,15 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                      },
                      restart_policy::permanent});
   }
+  if (!st.d.meter.wal_prefix.empty()) {
+    specs.push_back({"meter",
+                     [md = st.d.meter](caf::local_actor* parent) {
+                       auto a = parent->system().spawn(meter, md);
+                       parent->system().registry().put(meter_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                       return a;
+                     },
+                     restart_policy::permanent});
+  }
   for (const auto& p : cfg->pools) {
     pool_deps pd;
     pd.cfg = std::make_shared<const config::pool_config>(p);

@@ -13,6 +13,7 @@
 
 #include "actors/gauges.hpp"
 #include "actors/loader.hpp"
+#include "actors/meter.hpp"
 #include "actors/pool_supervisor.hpp"
 #include "actors/supervisor.hpp"
 #include "config/config.hpp"
@@ -57,6 +58,7 @@ struct node_deps {
   std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>();
   std::shared_ptr<config::store> store;           ///< null: no store writer (actor tests)
   std::shared_ptr<config::tenancy_board> board;   ///< where the store writer publishes
+  meter_deps meter;                               ///< wal_prefix empty: no meter
 };
 
 struct node_state {

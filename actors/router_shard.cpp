@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "actors/chaos.hpp"
+#include "actors/meter.hpp"
 
 namespace kiln::actors {
 
@@ -154,17 +155,32 @@ namespace {
 
 using stateful = caf::stateful_actor<router_shard_state>;
 
-// Tells admission the request has ended. Without a usage report, a request that had no
-// first token used nothing; one that had is charged in full (its engine took the count).
-void release(stateful* self, const owned_request& o, std::optional<engine::usage> used, bool completed) {
-  if (!o.admission) return;
+caf::actor meter_of(stateful* self) {
+  return caf::actor_cast<caf::actor>(self->system().registry().get(meter_name));
+}
+
+usage_note note_of(stateful* self, const owned_request& o, const engine::usage& used) {
+  return {o.req.id, o.req.team, self->state.cfg.model, self->state.cfg.version, used, true};
+}
+
+// Tells admission the request has ended (refund, slot), and the meter what it used. Without
+// a usage report, a request that had no first token used nothing; one that had is charged in
+// full and metered with its prompt (its engine took the count with it).
+void release(stateful* self, const owned_request& o, std::optional<engine::usage> used, bool completed,
+             bool metered = false) {
   request_released r;
   r.id = o.req.id;
   r.completed = completed;
   r.version = self->state.cfg.version;
   if (used) r.usage = *used;
   else if (o.first_token) r.usage_known = false;
-  self->send(o.admission, std::move(r));
+  if (!metered)
+    if (auto m = meter_of(self)) {
+      engine::usage u = r.usage;
+      if (!r.usage_known) u = {static_cast<int>(o.req.prompt.size()), 0, 0};
+      self->send(m, note_of(self, o, u));
+    }
+  if (o.admission) self->send(o.admission, std::move(r));
 }
 
 // Ends a request at its sink with an error; the owner forgets it.
@@ -260,9 +276,11 @@ void on_done(stateful* self, job_done& d) {
   end.replica_id = std::move(d.replica_id);
   end.engine_ttft_ms = d.engine_ttft_ms;
   end.attempts = static_cast<std::int32_t>(o->tried.size());
-  self->send(o->req.sink, std::move(end));
   if (st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "completed");
-  release(self, *o, d.usage, true);
+  // The end reaches the client once its usage record is durable: what it was told, counts.
+  if (auto m = meter_of(self)) self->send(m, metered_end{note_of(self, *o, d.usage), std::move(end), o->req.sink});
+  else self->send(o->req.sink, std::move(end));
+  release(self, *o, d.usage, true, true);
   st.owned.erase(d.id);
 }
 

@@ -138,6 +138,16 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
             });
         return rp;
       },
+      [self](usage_fold& f) -> caf::result<bool> {
+        auto rp = self->make_response_promise<bool>();
+        on_disk<std::optional<std::string>>(
+            self, [f](config::store& s) { return s.add_usage(f.rows, f.through_seq); },
+            [rp](std::optional<std::string>& err) mutable {
+              if (err) rp.deliver(make_error(errc::internal, "The store refused usage rows: " + *err));
+              else rp.deliver(true);
+            });
+        return rp;
+      },
       [self](usage_query& q) -> caf::result<std::vector<config::usage_row>> {
         if (!team_known(self, q.team)) return make_error(errc::unknown_model, "No team named " + q.team + ".");
         auto rp = self->make_response_promise<std::vector<config::usage_row>>();

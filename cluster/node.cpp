@@ -144,7 +144,13 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
 
   auto gauges = std::make_shared<actors::fleet_gauges>();
   auto ids = std::make_shared<actors::request_ids>();
-  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants};
+  actors::meter_deps md;
+  md.wal_prefix = store_path + ".usage";
+  md.folded_seq = store->folded_seq();
+  md.unix_at_start =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
+  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md};
   const caf::actor node = actors::spawn_node(sys, nd);
 
   net::server_deps deps;

@@ -32,4 +32,5 @@ if(TOMLPP_LIBRARY)
 endif()
 
 find_package(SQLite3 REQUIRED)
+find_package(msgpack 4 CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)

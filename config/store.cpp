@@ -35,8 +35,14 @@ CREATE TABLE rollouts(model TEXT, version TEXT, stage TEXT CHECK(stage IN ('shad
   started_at INTEGER, guard_metrics TEXT, decision TEXT);
 )sql";
 
+// Version 2: the usage meter's watermark, written with the rows it folds.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE meter_state(id INTEGER PRIMARY KEY CHECK(id = 1), folded_seq INTEGER NOT NULL);
+INSERT INTO meter_state(id, folded_seq) VALUES(1, 0);
+)sql";
+
 // Migrations by the version they produce; each runs in one transaction.
-const char* const kMigrations[] = {kSchemaV1};
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2};
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -265,8 +271,21 @@ std::optional<std::string> store::put_limit(const std::string& team, const team_
       .run();
 }
 
-std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows) {
+std::uint64_t store::folded_seq() {
+  statement st(db_, "SELECT folded_seq FROM meter_state WHERE id = 1");
+  return st.row() ? static_cast<std::uint64_t>(st.integer(0)) : 0;
+}
+
+std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq) {
   if (auto e = exec("BEGIN;")) return e;
+  if (through_seq > 0) {
+    if (auto e = statement(db_, "UPDATE meter_state SET folded_seq = max(folded_seq, ?) WHERE id = 1")
+                     .bind(1, static_cast<std::int64_t>(through_seq))
+                     .run()) {
+      exec("ROLLBACK;");
+      return e;
+    }
+  }
   for (const auto& r : rows) {
     auto e = statement(db_,
                        "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "

@@ -86,7 +86,7 @@ class store {
 
   /// Opens the file (creating it and its directory), migrates it to the current schema.
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path);
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   int schema_version();
   const std::string& path() const { return path_; }
 
@@ -103,8 +103,11 @@ class store {
   bool revoke_key(const std::string& team, const std::string& key_id);
   std::optional<std::string> put_limit(const std::string& team, const team_limit& limit);
 
-  /// Adds each row to what the store holds for its (team, model, version, minute).
-  std::optional<std::string> add_usage(const std::vector<usage_row>& rows);
+  /// Adds each row to what the store holds for its (team, model, version, minute), and (in the
+  /// same transaction) moves the meter's watermark to `through_seq` when it is past it.
+  std::optional<std::string> add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq = 0);
+  /// The last usage record (by sequence number) whose rows are in the store.
+  std::uint64_t folded_seq();
   /// A team's rows, minutes in [from, to], model "" for all.
   std::vector<usage_row> usage(const std::string& team, const std::string& model, std::int64_t from_minute,
                                std::int64_t to_minute);

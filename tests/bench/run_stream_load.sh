@@ -8,7 +8,7 @@ log="$(mktemp)"
 store="$log.db"
 "$root/build/cluster/kiln" serve --config "$config" --store "$store" >"$log" 2>/dev/null &
 pid=$!
-trap 'kill "$pid" 2>/dev/null || true; rm -f "$log" "$store" "$store-wal" "$store-shm"' EXIT
+trap 'kill "$pid" 2>/dev/null || true; rm -f "$log" "$store" "$store-wal" "$store-shm" "$store".usage.*' EXIT
 for _ in $(seq 100); do grep -q "serving on" "$log" && break; sleep 0.05; done
 port="$(sed -n 's/.*serving on http:\/\/[0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)"
 [ -n "$port" ] || { echo "kiln did not start" >&2; exit 1; }

@@ -75,9 +75,10 @@ TEST_CASE("store: a new file gets the schema at the current version, in WAL mode
   auto s = t.open();
   CHECK(s->schema_version() == store::kSchemaVersion);
   CHECK(s->empty());
+  CHECK(s->folded_seq() == 0);
   CHECK(sql_one(t.path, "PRAGMA journal_mode") == "wal");
   for (const char* table : {"models", "model_versions", "pools", "replicas", "teams", "api_keys", "team_limits", "usage",
-                            "rollouts"}) {
+                            "rollouts", "meter_state"}) {
     CAPTURE(table);
     CHECK(sql_one(t.path, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + table + "'") == table);
   }
@@ -165,4 +166,80 @@ TEST_CASE("store: keys added and revoked, limits replaced, usage rows add up per
   CHECK(s->usage("search", "", 101, 101).size() == 1);
   CHECK(s->usage("search", "other", 0, 1000).empty());
   CHECK(s->usage("nobody", "", 0, 1000).empty());
+}
+
+#include "config/usage_wal.hpp"
+
+TEST_CASE("store: a version 1 store migrates to the current version, keeping its rows") {
+  temp_store t;
+  {
+    sqlite3* db = nullptr;
+    sqlite3_open(t.path.c_str(), &db);
+    // What version 1 made: one team in it.
+    sqlite3_exec(db, "CREATE TABLE teams(team TEXT PRIMARY KEY, name TEXT, max_priority TEXT NOT NULL DEFAULT 'interactive');"
+                     "INSERT INTO teams VALUES('old','old','interactive'); PRAGMA user_version=1;",
+                 nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+  }
+  auto r = store::open(t.path);
+  // v1 here lacks v1's other tables, so the v2 step runs alone: meter_state appears, teams stay.
+  REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
+  auto& s = std::get<std::unique_ptr<store>>(r);
+  CHECK(s->schema_version() == 2);
+  CHECK(s->folded_seq() == 0);
+  CHECK(sql_one(t.path, "SELECT team FROM teams") == "old");
+}
+
+TEST_CASE("store: usage rows and the meter's watermark move together") {
+  temp_store t;
+  auto s = t.open();
+  REQUIRE_FALSE(s->seed(teams_config()));
+  REQUIRE_FALSE(s->add_usage({{"search", "m", "v", 5, 1, 0, 2, 1, 0}}, 40));
+  CHECK(s->folded_seq() == 40);
+  REQUIRE_FALSE(s->add_usage({{"search", "m", "v", 5, 1, 0, 2, 1, 0}}, 30));  // never backwards
+  CHECK(s->folded_seq() == 40);
+  CHECK(s->usage("search", "", 0, 10)[0].requests == 2);
+}
+
+TEST_CASE("usage wal: records survive in segments; a torn tail is dropped; folding counts each request once") {
+  temp_store t;
+  const std::string prefix = t.path + ".usage";
+  std::vector<usage_record> first = {{1, 7, 1, "search", "m", "v", 100, 10, 2, 5, 1, 0},
+                                     {2, 7, 2, "search", "m", "v", 100, 20, 0, 7, 1, 0},
+                                     {3, 7, 3, "assistant", "m", "v", 101, 0, 0, 0, 0, 1}};
+  {
+    usage_wal w(prefix);
+    REQUIRE_FALSE(w.append(first));
+    REQUIRE_FALSE(w.append({{4, 7, 4, "search", "m", "v", 101, 1, 0, 1, 1, 0}}));
+  }
+  usage_wal w(prefix);  // a new process
+  auto all = w.read_all();
+  REQUIRE(all.size() == 4);
+  CHECK(all[1].prompt_tokens == 20);
+  CHECK(all[3].seq == 4);
+  // A crash mid-write leaves half a record at the end: it is dropped, the rest stand.
+  const auto segs = w.segments();
+  REQUIRE(segs.size() == 1);
+  {
+    std::ofstream torn(segs[0], std::ios::binary | std::ios::app);
+    torn << "\x8c\xa3seq\x05";  // a map of 12 begun, not finished
+  }
+  CHECK(w.read_all().size() == 4);
+  // New records go to a new segment; rotating closes it; removing folded segments leaves none.
+  REQUIRE_FALSE(w.append({{5, 7, 5, "search", "m", "v", 102, 1, 0, 1, 1, 0}}));
+  CHECK(w.segments().size() == 2);
+  const auto closed = w.rotate();
+  CHECK(closed.size() == 2);
+  // The same request twice (a replay over its own records) counts once.
+  auto twice = first;
+  twice.push_back(first[0]);
+  const auto rows = fold(twice);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].team == "assistant");
+  CHECK(rows[0].shed == 1);
+  CHECK(rows[1].requests == 2);
+  CHECK(rows[1].prompt_tokens == 30);
+  CHECK(rows[1].output_tokens == 12);
+  w.remove(closed);
+  CHECK(w.segments().empty());
 }

@@ -52,7 +52,7 @@ TEST_CASE("tenancy e2e: the store is made at first start with hashed keys, and i
   if (::access("/usr/bin/sqlite3", X_OK) == 0) {
     CHECK(sqlite_one(store, "select count(*) from teams") == "2");
     CHECK(sqlite_one(store, "select length(key_hash) from api_keys where team='search'") == "64");
-    CHECK(sqlite_one(store, "pragma user_version") == "1");
+    CHECK(sqlite_one(store, "pragma user_version") == "2");
   } else {
     MESSAGE("sqlite3 CLI not installed: the rows were not read back");
   }
@@ -64,7 +64,7 @@ TEST_CASE("tenancy e2e: the store is made at first start with hashed keys, and i
     CHECK(chat_status(p.port(), "key-search") == 200);
     CHECK(chat_status(p.port(), "key-search-2") == 401);
   }
-  for (const char* ext : {"", "-wal", "-shm"}) std::remove((store + ext).c_str());
+  remove_store(store);
 }
 
 TEST_CASE("tenancy e2e: a store that cannot be opened stops kiln with one clear line") {
@@ -176,4 +176,80 @@ TEST_CASE("tenancy e2e: limits change live through the admin API; new teams get 
     CHECK(sqlite_one(p.store_path(), "select tokens_per_minute from team_limits where team='search'") == "600.0");
     CHECK(sqlite_one(p.store_path(), "select count(*) from api_keys where team='ml-eval' and revoked_at is not null") == "1");
   }
+}
+
+#include <signal.h>
+
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/stream_client.hpp"
+
+TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the tokens clients received") {
+  const std::string store =
+      (std::filesystem::temp_directory_path() / ("kiln-e2e-crash-" + std::to_string(::getpid()) + ".db")).string();
+  std::string cfg = test_config(2);
+  cfg.replace(cfg.find("[[pools]]"), 9, "[[teams]]\nname = \"ml\"\napi_key = \"key-ml\"\n[[pools]]");
+  const std::vector<std::string> teams = {"search", "assistant", "ml"};
+  std::vector<stream_spec> specs;
+  std::vector<std::string> team_of;
+  for (int i = 0; i < 90; ++i) {
+    const std::string& team = teams[static_cast<std::size_t>(i % 3)];
+    // Some answers end early, some are cut by the kill.
+    const int max_tokens = 20 + (i * 37) % 280;
+    specs.push_back({"{\"model\":\"chat-7b\",\"stream\":true,\"max_tokens\":" + std::to_string(max_tokens) +
+                         ",\"messages\":[{\"role\":\"user\",\"content\":\"crash " + std::to_string(i) + "\"}]}",
+                     {"Authorization: Bearer key-" + team}});
+    team_of.push_back(team);
+  }
+  std::vector<stream_result> got;
+  {
+    kiln_process p(cfg, {"", 0, 0, store});
+    std::thread load([&] { got = run_streams(p.port(), specs, 20); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    p.signal(SIGKILL);
+    load.join();
+  }
+  std::map<std::string, std::int64_t> output, prompt, requests;
+  int completed = 0, cut = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i].finished && got[i].done && got[i].completion_tokens >= 0) {
+      output[team_of[i]] += got[i].completion_tokens;
+      prompt[team_of[i]] += got[i].prompt_tokens;
+      ++requests[team_of[i]];
+      ++completed;
+    } else {
+      ++cut;
+    }
+  }
+  MESSAGE("completed " << completed << ", cut by the kill " << cut);
+  REQUIRE(completed > 0);
+  REQUIRE(cut > 0);
+  // The next start replays the usage log into the store.
+  kiln_process p(cfg, {"", 0, 0, store});
+  for (const auto& team : teams) {
+    CAPTURE(team);
+    nlohmann::json rows;
+    const bool folded = eventually(
+        [&] {
+          const http_response r = request(p.port(), "GET", "/admin/teams/" + team + "/usage", "",
+                                          {"Authorization: Bearer key-admin"});
+          rows = nlohmann::json::parse(r.body, nullptr, false)["usage"];
+          return rows.is_array() && !rows.empty();
+        },
+        std::chrono::seconds(10));
+    REQUIRE(folded);
+    std::int64_t out = 0, in = 0, n = 0;
+    for (const auto& row : rows) {
+      out += row["output_tokens"].get<std::int64_t>();
+      in += row["prompt_tokens"].get<std::int64_t>();
+      n += row["requests"].get<std::int64_t>();
+    }
+    CHECK(out == output[team]);
+    CHECK(in == prompt[team]);
+    CHECK(n == requests[team]);
+  }
+  remove_store(store);
 }

@@ -17,7 +17,7 @@ log="$(mktemp)"
 store="$log.db"  # a store of its own, not ~/.kiln's
 "$kiln" serve --port 0 --store "$store" >"$log" 2>/dev/null &
 pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log" "$store" "$store-wal" "$store-shm"' EXIT
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log" "$store" "$store-wal" "$store-shm" "$store".usage.*' EXIT
 for _ in $(seq 100); do grep -q "serving on" "$log" && break; sleep 0.05; done
 url="$(sed -n 's/^kiln serving on \(http:\/\/[0-9.:]*\) .*/\1/p' "$log")"
 key="$(sed -n 's/^  team [^ ]* key \(.*\)$/\1/p' "$log" | head -1)"

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -25,6 +26,15 @@
 namespace kiln::test {
 
 const char* kiln_binary() { return KILN_BINARY; }
+
+void remove_store(const std::string& path) {
+  for (const char* ext : {"", "-wal", "-shm"}) std::remove((path + ext).c_str());
+  const std::filesystem::path p(path);
+  const std::string usage = p.filename().string() + ".usage.";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec))
+    if (e.path().filename().string().rfind(usage, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
 
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -119,8 +129,7 @@ kiln_process::~kiln_process() {
     ::waitpid(pid_, nullptr, 0);
   }
   std::remove(config_path_.c_str());
-  if (own_store_)
-    for (const char* ext : {"", "-wal", "-shm"}) std::remove((store_path_ + ext).c_str());
+  if (own_store_) remove_store(store_path_);
 }
 
 void kiln_process::signal(int sig) {

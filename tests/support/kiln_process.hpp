@@ -12,6 +12,8 @@ struct process_options {
   std::string store;        ///< a store file to use (kept); "": one of its own, removed with it
 };
 
+/// Removes a store file and what lives beside it (its WAL, shared memory, usage log).
+void remove_store(const std::string& path);
 /// A TCP port that was free a moment ago.
 int free_port();
 

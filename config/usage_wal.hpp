@@ -1,0 +1,61 @@
+#pragma once
+// The usage write-ahead log: every finished request (and every refusal) as one msgpack record,
+// appended and fsync'd before it counts. Records go to numbered segment files next to the
+// store; folding closes the open segment, and once its rows are in the store (with the last
+// sequence number they include) the folded segments are deleted. After a crash, the records
+// past the store's watermark are folded again: nothing lost, nothing counted twice.
+// Blocking: only the meter's own thread uses it.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/store.hpp"
+
+namespace kiln::config {
+
+struct usage_record {
+  std::uint64_t seq = 0;  ///< increasing across restarts
+  std::uint64_t id_origin = 0;
+  std::uint64_t id_seq = 0;  ///< the request's id
+  std::string team;
+  std::string model;
+  std::string version;
+  std::int64_t minute = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;
+  std::int64_t output_tokens = 0;
+  std::int64_t requests = 0;
+  std::int64_t shed = 0;
+};
+
+/// Folds records into usage rows, one per (team, model, version, minute), each request once.
+std::vector<usage_row> fold(const std::vector<usage_record>& records);
+
+class usage_wal {
+ public:
+  /// Segments are `<prefix>.<n>`.
+  explicit usage_wal(std::string prefix);
+  ~usage_wal();
+  usage_wal(const usage_wal&) = delete;
+  usage_wal& operator=(const usage_wal&) = delete;
+
+  /// Every record in every segment, in order; a torn last record (a crash mid-write) is
+  /// dropped. Call before appending.
+  std::vector<usage_record> read_all();
+  /// Appends records to the open segment and fsyncs it; the error, or nothing.
+  std::optional<std::string> append(const std::vector<usage_record>& records);
+  /// Closes the open segment: later records go to a new one. Returns the closed segments.
+  std::vector<std::string> rotate();
+  /// Deletes segments (once their records are in the store).
+  void remove(const std::vector<std::string>& segments);
+  /// The segments on disk now, oldest first.
+  std::vector<std::string> segments() const;
+
+ private:
+  std::string prefix_;
+  int fd_ = -1;
+  std::uint64_t open_index_ = 0;  ///< the segment records go to
+};
+
+}  // namespace kiln::config
