@@ -73,6 +73,16 @@ pool_gate& admission_state::gate(const std::string& key) {
       .first->second;
 }
 
+void admission_state::publish(const std::string& team, const std::string& model, const std::string& pool,
+                              caf::actor_clock::time_point now) {
+  if (!gauges) return;
+  if (const double fill = ledger.fill(team, model, now); fill >= 0) gauges->set_bucket(team, model, fill);
+  auto it = gates.find(pool);
+  if (it == gates.end()) return;
+  for (auto tier : {engine::priority::interactive, engine::priority::standard, engine::priority::batch})
+    gauges->set_queue(pool, std::string(engine::to_string(tier)), it->second.waiting(tier));
+}
+
 namespace {
 
 using stateful = caf::stateful_actor<admission_state>;
@@ -103,7 +113,7 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
               [self, key, sink = r.sink, id = r.id, model = r.model](caf::error&) {
                 auto& st = self->state;
                 const auto now = self->clock().now();
-                st.ledger.release(request_released{id, {}, true, false, ""}, now);
+                st.ledger.release(request_released{id, {}, true, false, "", "", ""}, now);
                 st.gate_of.erase(id);
                 pool_gate::moves more;
                 st.gate(key).end(id, now, more);
@@ -113,8 +123,11 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
   }
   for (auto& f : m.refused) {
     const request& r = f.r;
-    st.ledger.release(request_released{r.id, {}, true, false, ""}, now);
+    st.ledger.release(request_released{r.id, {}, true, false, "", r.team, r.model}, now);
     note_refusal(self, r);
+    if (st.gauges && f.why != admission_verdict::wait)
+      st.gauges->count_shed(r.team, r.model,
+                            f.why == admission_verdict::over_share ? "over_share" : std::string(engine::to_string(r.priority)));
     st.gate_of.erase(r.id);
     switch (f.why) {
       case admission_verdict::over_share:
@@ -164,8 +177,9 @@ void arm_sweep(stateful* self) {
 }  // namespace
 
 caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
-                        std::shared_ptr<const config::tenancy> tenants) {
+                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges) {
   self->state.cfg = std::move(cfg);
+  self->state.gauges = std::move(gauges);
   self->state.ledger = team_ledger(std::move(tenants));
   for (const auto& p : self->state.cfg->pools) {  // every configured pool is known, loading until it says otherwise
     pool_update u;
@@ -194,9 +208,11 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         const std::int64_t charge = request_tokens(r);
         const double share = st.ledger.share(r.team, r.model);
         st.gate_of[r.id] = key;
+        const std::string team = r.team, model = r.model;
         pool_gate::moves m;
         st.gate(key).arrive(std::move(r), charge, share, now, m);
         apply(self, key, m);
+        st.publish(team, model, key, now);
         arm_sweep(self);
       },
       [self](request_released& r) {
@@ -210,6 +226,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         pool_gate::moves m;
         st.gate(key).end(r.id, now, m);
         apply(self, key, m);
+        st.publish(r.team, r.model, key, now);
       },
       [self](tick_atom) { sweep(self); },
       [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },

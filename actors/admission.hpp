@@ -12,6 +12,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/gauges.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_gate.hpp"
 #include "actors/pool_supervisor.hpp"
@@ -28,6 +29,7 @@ struct tenancy_update {
 struct admission_state {
   std::shared_ptr<const config::kiln_config> cfg;
   std::map<std::string, pool_update, std::less<>> pools;  ///< by model@version
+  std::shared_ptr<fleet_gauges> gauges;                    ///< sheds, bucket fill, queue depths
   team_ledger ledger;                                      ///< buckets and slots per team and model
   std::map<std::string, pool_gate, std::less<>> gates;     ///< load and queues per model@version
   std::unordered_map<request_id, std::string, request_id_hash> gate_of;  ///< admitted: its pool
@@ -35,6 +37,9 @@ struct admission_state {
 
   /// The gate of a pool, made on first use from its config.
   pool_gate& gate(const std::string& key);
+  /// Bucket fill and queue depths for /metrics after a change.
+  void publish(const std::string& team, const std::string& model, const std::string& pool,
+               caf::actor_clock::time_point now);
 
   /// Fills in version, prompt tokens and defaults and names the router, or says why the
   /// request cannot run.
@@ -43,7 +48,7 @@ struct admission_state {
 };
 
 caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
-                        std::shared_ptr<const config::tenancy> tenants);
+                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges);
 
 }  // namespace kiln::actors
 

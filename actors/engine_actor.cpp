@@ -88,7 +88,8 @@ void engine_state::publish() const {
   const auto& pool = core->sched().pool();
   const engine::executor_load exec = core->exec().load();
   gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(), core->tokens_in_flight(), steps,
-               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + exec.seconds, exec.bytes});
+               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + exec.seconds, exec.bytes,
+               totals.prompt_tokens_total, totals.cached_tokens_total});
 }
 
 namespace {

@@ -25,6 +25,17 @@ struct engine_gauge {
   int kv_blocks_total = 0;
   double load_seconds = 0;  ///< reading the model plus putting its weights in place
   double weight_bytes = 0;
+  std::int64_t prompt_tokens_total = 0;  ///< of the requests it admitted
+  std::int64_t cached_tokens_total = 0;  ///< of those, found in its prefix cache
+};
+
+/// A team's use of one model so far.
+struct team_usage {
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t cached_tokens = 0;
+  std::uint64_t output_tokens = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t shed = 0;
 };
 
 struct replica_gauge {
@@ -44,7 +55,7 @@ struct pool_gauge {
 };
 
 /// (model, version, outcome) -> count; outcomes: completed, retried, failed_mid_stream and
-/// each error code.
+/// each error code. Also (team, model, tier) for sheds.
 using outcome_key = std::tuple<std::string, std::string, std::string>;
 
 class fleet_gauges {
@@ -77,6 +88,45 @@ class fleet_gauges {
     std::lock_guard lock(mu_);
     ++outcomes_[{model, version, outcome}];
   }
+  void add_team_usage(const std::string& team, const std::string& model, const team_usage& u) {
+    std::lock_guard lock(mu_);
+    auto& t = teams_[{team, model}];
+    t.prompt_tokens += u.prompt_tokens;
+    t.cached_tokens += u.cached_tokens;
+    t.output_tokens += u.output_tokens;
+    t.requests += u.requests;
+    t.shed += u.shed;
+  }
+  /// A request refused by admission's overload order, by its tier (or "over_share").
+  void count_shed(const std::string& team, const std::string& model, const std::string& why) {
+    std::lock_guard lock(mu_);
+    ++shed_[{team, model, why}];
+  }
+  /// How full a team's bucket is (0..1).
+  void set_bucket(const std::string& team, const std::string& model, double fill) {
+    std::lock_guard lock(mu_);
+    buckets_[{team, model}] = fill;
+  }
+  void set_queue(const std::string& pool, const std::string& tier, std::size_t waiting) {
+    std::lock_guard lock(mu_);
+    queues_[{pool, tier}] = waiting;
+  }
+  std::map<std::pair<std::string, std::string>, team_usage> team_usages() const {
+    std::lock_guard lock(mu_);
+    return teams_;
+  }
+  std::map<outcome_key, std::uint64_t> sheds() const {
+    std::lock_guard lock(mu_);
+    return shed_;
+  }
+  std::map<std::pair<std::string, std::string>, double> buckets() const {
+    std::lock_guard lock(mu_);
+    return buckets_;
+  }
+  std::map<std::pair<std::string, std::string>, std::size_t> queues() const {
+    std::lock_guard lock(mu_);
+    return queues_;
+  }
   std::vector<engine_gauge> engines() const { return values(engines_); }
   std::vector<replica_gauge> replicas() const { return values(replicas_); }
   std::vector<pool_gauge> pools() const { return values(pools_); }
@@ -98,6 +148,10 @@ class fleet_gauges {
   std::map<std::string, replica_gauge> replicas_;
   std::map<std::string, pool_gauge> pools_;
   std::map<outcome_key, std::uint64_t> outcomes_;
+  std::map<std::pair<std::string, std::string>, team_usage> teams_;  ///< (team, model)
+  std::map<outcome_key, std::uint64_t> shed_;                        ///< (team, model, tier)
+  std::map<std::pair<std::string, std::string>, double> buckets_;    ///< (team, model)
+  std::map<std::pair<std::string, std::string>, std::size_t> queues_;  ///< (model@version, tier)
 };
 
 }  // namespace kiln::actors

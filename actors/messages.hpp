@@ -136,11 +136,14 @@ struct request_released {
   bool usage_known = true;
   bool completed = false;
   std::string version;
+  std::string team;
+  std::string model;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_released& x) {
-  return f(caf::meta::type_name("request_released"), x.id, x.usage, x.usage_known, x.completed, x.version);
+  return f(caf::meta::type_name("request_released"), x.id, x.usage, x.usage_known, x.completed, x.version, x.team,
+           x.model);
 }
 
 /// Admission's word to the sink before the request runs: the team's token limit for the

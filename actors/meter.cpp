@@ -54,6 +54,11 @@ config::usage_record record_of(stateful* self, const usage_note& n) {
   r.output_tokens = n.usage.completion_tokens;
   r.requests = n.ran ? 1 : 0;
   r.shed = n.ran ? 0 : 1;
+  if (st.d.gauges)
+    st.d.gauges->add_team_usage(r.team, r.model,
+                                {static_cast<std::uint64_t>(r.prompt_tokens), static_cast<std::uint64_t>(r.cached_tokens),
+                                 static_cast<std::uint64_t>(r.output_tokens), static_cast<std::uint64_t>(r.requests),
+                                 static_cast<std::uint64_t>(r.shed)});
   return r;
 }
 

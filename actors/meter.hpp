@@ -14,6 +14,7 @@
 
 #include <caf/stateful_actor.hpp>
 
+#include "actors/gauges.hpp"
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "config/usage_wal.hpp"
@@ -56,6 +57,7 @@ struct meter_deps {
   caf::actor_clock::time_point clock_at_start;
   caf::timespan flush_every = std::chrono::milliseconds(100);
   caf::timespan fold_every = std::chrono::seconds(60);
+  std::shared_ptr<fleet_gauges> gauges;  ///< per-team counters for /metrics
 };
 
 struct meter_state {

@@ -172,6 +172,8 @@ void release(stateful* self, const owned_request& o, std::optional<engine::usage
   r.id = o.req.id;
   r.completed = completed;
   r.version = self->state.cfg.version;
+  r.team = o.req.team;
+  r.model = self->state.cfg.model;
   if (used) r.usage = *used;
   else if (o.first_token) r.usage_known = false;
   if (!metered)

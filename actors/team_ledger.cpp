@@ -99,6 +99,12 @@ rate_limit_info team_ledger::limit_info(const request& r, time_point now) {
   return info;
 }
 
+double team_ledger::fill(const std::string& team, const std::string& model, time_point now) {
+  auto it = accounts_.find({team, model});
+  if (it == accounts_.end() || !it->second.bucket || it->second.bucket->burst() <= 0) return -1;
+  return static_cast<double>(it->second.bucket->remaining(now)) / it->second.bucket->burst();
+}
+
 double team_ledger::share(const std::string& team, const std::string& model) const {
   const config::team_limit* l = limit(team, model);
   return l ? l->guaranteed_share : 0;

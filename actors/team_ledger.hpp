@@ -35,6 +35,8 @@ class team_ledger {
   /// The team's limit for the model as it stands (for the x-ratelimit-* headers).
   rate_limit_info limit_info(const request& r, time_point now);
 
+  /// How full the team's bucket for the model is (0..1); -1 without a bucket.
+  double fill(const std::string& team, const std::string& model, time_point now);
   /// The team's guaranteed share of the model's pool (0: none).
   double share(const std::string& team, const std::string& model) const;
   int in_flight(const std::string& team, const std::string& model) const;

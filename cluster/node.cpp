@@ -150,6 +150,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   md.unix_at_start =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
+  md.gauges = gauges;
   actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md};
   const caf::actor node = actors::spawn_node(sys, nd);
 

@@ -177,6 +177,7 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("restart_period_ms", p.restart_period_ms, 1, 8.64e7);
   r.number("capacity_tokens", p.capacity_tokens, 0, 1e12);
   r.number("queue_limit", p.queue_limit, 0, 1e7);
+  r.number("gpu_hour_usd", p.gpu_hour_usd, 0, 1e6);
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
   if (const auto* s = r.table("sim_text")) {

@@ -68,6 +68,7 @@ struct pool_config {
   int restart_period_ms = 60000;        ///< ... past which a replica gives up (its pool degrades)
   std::int64_t capacity_tokens = 0;     ///< tokens in flight one replica carries at full load; 0: its KV cache
   int queue_limit = 256;                ///< requests waiting in admission for this pool, all tiers
+  double gpu_hour_usd = 2.50;           ///< what one GPU costs an hour (seed 000), for USD per million tokens
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;

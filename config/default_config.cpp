@@ -47,6 +47,7 @@ restart_intensity = 5         # engine/replica restarts allowed per restart_peri
 restart_period_ms = 60000     # the pool is degraded (503, Retry-After) for one period
 capacity_tokens = 0           # tokens in flight a replica carries at full load; 0: its KV cache
 queue_limit = 256             # requests waiting in admission when the pool is full
+gpu_hour_usd = 2.50           # one GPU-hour (seed 000): /metrics reports USD per million tokens
 
 # Shape of a 7B GQA decoder (32 layers, 8 KV heads) in FP16: 131,072 KV bytes per token.
 [pools.shape]

@@ -456,7 +456,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
 
   void log_request() {
     if (status_ == 0 || !current_) return;
-    front_.deps.metrics->count_request(status_);
+    front_.deps.metrics->count_request(status_, current_->log().team, current_->log().model);
     if (!front_.deps.access_log) return;
     const auto& r = current_->request();
     const log_fields& f = current_->log();

@@ -1,5 +1,8 @@
 #include "net/metrics.hpp"
 
+#include <array>
+#include <chrono>
+#include <cstdio>
 #include <initializer_list>
 #include <string_view>
 
@@ -58,7 +61,108 @@ void rows(std::string& out, const char* name, const char* type, const char* help
 
 }  // namespace
 
-std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g) {
+void latency_histogram::observe(double v) {
+  for (std::size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) {
+      ++counts[i];
+      break;
+    }
+  ++count;
+  sum += v;
+}
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void histograms(std::string& out, const char* name, const char* help, const std::map<std::string, latency_histogram>& hs) {
+  family(out, name, "histogram", help);
+  for (const auto& [model, h] : hs) {
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+      cumulative += h.counts[i];
+      out += std::string(name) + "_bucket" + labels({{"model", model}, {"le", number(h.bounds[i])}}) + " " +
+             std::to_string(cumulative) + "\n";
+    }
+    out += std::string(name) + "_bucket" + labels({{"model", model}, {"le", "+Inf"}}) + " " + std::to_string(h.count) + "\n";
+    out += std::string(name) + "_sum" + labels({{"model", model}}) + " " + number(h.sum) + "\n";
+    out += std::string(name) + "_count" + labels({{"model", model}}) + " " + std::to_string(h.count) + "\n";
+  }
+}
+
+// Teams: tokens, requests by status, sheds by tier, bucket fill.
+void render_teams(std::string& out, const front_metrics& m, const actors::fleet_gauges& g) {
+  const auto usage = g.team_usages();
+  family(out, "kiln_team_tokens_total", "counter", "Tokens a team used, by kind: prompt, cached (of prompt), output.");
+  for (const auto& [key, u] : usage) {
+    const auto& [team, model] = key;
+    for (const auto& [kind, n] : {std::pair<const char*, std::uint64_t>{"prompt", u.prompt_tokens},
+                                  {"cached", u.cached_tokens},
+                                  {"output", u.output_tokens}})
+      out += "kiln_team_tokens_total" + labels({{"team", team}, {"model", model}, {"kind", kind}}) + " " + std::to_string(n) + "\n";
+  }
+  family(out, "kiln_team_requests_total", "counter", "Requests a team made, by model as asked and HTTP status (429s included).");
+  for (const auto& [key, n] : m.requests_by_team()) {
+    const auto& [team, model, status] = key;
+    out += "kiln_team_requests_total" + labels({{"team", team}, {"model", model}, {"status", std::to_string(status)}}) + " " +
+           std::to_string(n) + "\n";
+  }
+  family(out, "kiln_team_shed_total", "counter",
+         "Requests admission refused under overload, by the tier shed (503) or over_share (429).");
+  for (const auto& [key, n] : g.sheds()) {
+    const auto& [team, model, why] = key;
+    out += "kiln_team_shed_total" + labels({{"team", team}, {"model", model}, {"tier", why}}) + " " + std::to_string(n) + "\n";
+  }
+  family(out, "kiln_team_bucket_fill", "gauge", "How full a team's token bucket for a model is (1: full).");
+  for (const auto& [key, fill] : g.buckets())
+    out += "kiln_team_bucket_fill" + labels({{"team", key.first}, {"model", key.second}}) + " " + number(fill) + "\n";
+}
+
+// Pools: latency histograms, prefix hit rate, tokens in flight, queues, cost.
+void render_pools(std::string& out, const front_metrics& m, const actors::fleet_gauges& g, const config::kiln_config& cfg) {
+  histograms(out, "kiln_ttft_seconds", "Time to first token as the client saw it, by model as asked.", m.ttft());
+  histograms(out, "kiln_time_per_output_token_seconds", "Time per output token after the first, by model as asked.", m.tpot());
+  std::map<std::pair<std::string, std::string>, std::array<double, 3>> pools;  // prompt, cached, in flight
+  for (const auto& e : g.engines()) {
+    auto& p = pools[{e.model, e.version}];
+    p[0] += static_cast<double>(e.prompt_tokens_total);
+    p[1] += static_cast<double>(e.cached_tokens_total);
+    p[2] += static_cast<double>(e.tokens_in_flight);
+  }
+  family(out, "kiln_pool_prefix_hit_rate", "gauge", "Prompt tokens found in a pool's prefix caches, of all prompt tokens.");
+  for (const auto& [key, p] : pools)
+    out += "kiln_pool_prefix_hit_rate" + labels({{"model", key.first}, {"version", key.second}}) + " " +
+           number(p[0] > 0 ? p[1] / p[0] : 0) + "\n";
+  family(out, "kiln_pool_tokens_in_flight", "gauge", "Prompt plus remaining output tokens a pool's engines hold.");
+  for (const auto& [key, p] : pools)
+    out += "kiln_pool_tokens_in_flight" + labels({{"model", key.first}, {"version", key.second}}) + " " + number(p[2]) + "\n";
+  family(out, "kiln_pool_queue_depth", "gauge", "Requests waiting in admission for room in a pool, by tier.");
+  for (const auto& [key, n] : g.queues())
+    out += "kiln_pool_queue_depth" + labels({{"pool", key.first}, {"tier", key.second}}) + " " + std::to_string(n) + "\n";
+  // USD per million output tokens since start: the GPUs of the model's pools, priced per hour.
+  const double hours = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.started).count() / 3600;
+  std::map<std::string, std::uint64_t> output;
+  for (const auto& [key, u] : g.team_usages()) output[key.second] += u.output_tokens;
+  family(out, "kiln_model_usd_per_million_tokens", "gauge",
+         "GPU cost of a model's pools since start (replicas x GPUs x gpu_hour_usd) per million output tokens.");
+  for (const auto& mc : cfg.models) {
+    double usd = 0;
+    for (const auto& p : cfg.pools)
+      if (p.model == mc.name) usd += p.replicas * p.gpu.tensor_parallel * p.gpu_hour_usd * hours;
+    const auto it = output.find(mc.name);
+    if (it == output.end() || it->second == 0) continue;
+    out += "kiln_model_usd_per_million_tokens" + labels({{"model", mc.name}}) + " " +
+           number(usd / (static_cast<double>(it->second) / 1e6)) + "\n";
+  }
+}
+
+}  // namespace
+
+std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g, const config::kiln_config& cfg) {
   std::string out;
   family(out, "kiln_requests_total", "counter", "HTTP requests answered, by status.");
   for (const auto& [status, n] : m.requests_by_status())
@@ -120,6 +224,8 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
     out += "kiln_request_outcomes_total" + labels({{"model", model}, {"version", version}, {"outcome", outcome}}) + " " +
            std::to_string(n) + "\n";
   }
+  render_teams(out, m, g);
+  render_pools(out, m, g, cfg);
   return out;
 }
 

@@ -37,9 +37,12 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
       usage_.prompt_tokens = ev.prompt_tokens;
     }
     if (ev.tokens > 0) {
-      if (log.completion_tokens == 0)
-        log.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count();
+      if (log.completion_tokens == 0) {
+        first_token_ = std::chrono::steady_clock::now();
+        log.ttft_ms = std::chrono::duration<double, std::milli>(first_token_ - started_).count();
+      }
       log.completion_tokens += ev.tokens;
+      last_token_ = std::chrono::steady_clock::now();
       f_.deps.metrics->tokens_streamed += static_cast<std::uint64_t>(ev.tokens);
     }
     if (!stream_) {
@@ -59,6 +62,11 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
     log.prompt_tokens = ev.prompt_tokens;
     const completion_usage u{ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens, ev.model_version,
                              ev.region, ev.replica_id, ev.engine_ttft_ms, ev.attempts};
+    if (log.completion_tokens > 0) {
+      const double after_first = std::chrono::duration<double>(last_token_ - first_token_).count();
+      f_.deps.metrics->observe_latency(meta_.model, log.ttft_ms / 1000,
+                                       log.completion_tokens > 1 ? after_first / (log.completion_tokens - 1) : -1);
+    }
     finish();
     if (stream_) {
       open_stream();
@@ -140,6 +148,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   std::string text_, sse_;
   completion_usage usage_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point first_token_, last_token_;
 };
 
 // Hands each event to the call on its connection's strand.

@@ -11,7 +11,7 @@ void add_ops_routes(front& f) {
     ex->respond(200, R"({"status":"ok","region":)" + json_quote(f.deps.cfg->region) + "}");
   });
   f.routes.add("GET", "/metrics", access::open, [&f](const std::shared_ptr<exchange>& ex, const route_params&) {
-    ex->respond(200, render_metrics(*f.deps.metrics, *f.deps.gauges), "text/plain; version=0.0.4");
+    ex->respond(200, render_metrics(*f.deps.metrics, *f.deps.gauges, *f.deps.cfg), "text/plain; version=0.0.4");
   });
 }
 

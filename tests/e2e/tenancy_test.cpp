@@ -253,3 +253,28 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
   }
   remove_store(store);
 }
+
+TEST_CASE("tenancy e2e: /metrics has per-team tokens, statuses, bucket fill, and per-pool latency and cost") {
+  std::string cfg = test_config(2);
+  cfg.replace(cfg.find("api_key = \"key-search\"\n"), 23,
+              "api_key = \"key-search\"\n[[teams.limits]]\nmodel = \"chat-7b\"\ntokens_per_minute = 600\nburst = 300\n");
+  kiln_process p(cfg);
+  const std::string body = R"({"model":"chat-7b","stream":true,"max_tokens":200,"messages":[{"role":"user","content":"hi"}]})";
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", body, {"Authorization: Bearer key-search"}).status == 200);
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", body, {"Authorization: Bearer key-search"}).status == 429);
+  const http_response done = request(p.port(), "POST", "/v1/chat/completions", body, {"Authorization: Bearer key-assistant"});
+  REQUIRE(done.status == 200);
+  const std::string m = request(p.port(), "GET", "/metrics").body;
+  CHECK(metric_sum(m, "kiln_team_requests_total{team=\"search\",model=\"chat-7b\",status=\"200\"}") == 1);
+  CHECK(metric_sum(m, "kiln_team_requests_total{team=\"search\",model=\"chat-7b\",status=\"429\"}") == 1);
+  CHECK(metric_sum(m, "kiln_team_tokens_total{team=\"search\",model=\"chat-7b\",kind=\"output\"}") == 200);
+  CHECK(metric_sum(m, "kiln_team_tokens_total{team=\"assistant\",model=\"chat-7b\",kind=\"output\"}") == 200);
+  const double fill = metric_sum(m, "kiln_team_bucket_fill{team=\"search\"");
+  CHECK(fill > 0);
+  CHECK(fill < 0.5);
+  CHECK(metric_sum(m, "kiln_ttft_seconds_count{model=\"chat-7b\"}") == 2);
+  CHECK(metric_sum(m, "kiln_time_per_output_token_seconds_count{model=\"chat-7b\"}") == 2);
+  CHECK(metric_sum(m, "kiln_model_usd_per_million_tokens{model=\"chat-7b\"}") > 0);
+  CHECK(m.find("kiln_pool_prefix_hit_rate{model=\"chat-7b\",version=\"v1\"}") != std::string::npos);
+  CHECK(m.find("kiln_pool_queue_depth{pool=\"chat-7b@v1\",tier=\"batch\"} 0") != std::string::npos);
+}
