@@ -64,6 +64,8 @@ void parse_event(const std::string& payload, stream_result& r) {
 }
 
 void parse(const std::string& raw, stream_result& r) {
+  if (const auto ra = raw.find("\r\nRetry-After: "); ra != std::string::npos && ra < raw.find("\r\n\r\n"))
+    r.retry_after = std::atoi(raw.c_str() + ra + 15);
   const auto head_end = raw.find("\r\n\r\n");
   if (raw.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return;
   r.status = std::atoi(raw.c_str() + 9);
@@ -90,8 +92,15 @@ void parse(const std::string& raw, stream_result& r) {
 class call : public std::enable_shared_from_this<call> {
  public:
   call(asio::io_context& ioc, int port, std::string request, stream_result& out)
-      : sock_(ioc), port_(port), request_(std::move(request)), out_(out) {}
+      : sock_(ioc), timer_(ioc), port_(port), request_(std::move(request)), out_(out) {}
+  void start_after(int ms) {
+    timer_.expires_after(std::chrono::milliseconds(ms));
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->start();
+    });
+  }
   void start() {
+    sent_ = std::chrono::steady_clock::now();
     sock_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(port_)),
                         [self = shared_from_this()](boost::system::error_code ec) {
                           if (ec) return;
@@ -106,11 +115,16 @@ class call : public std::enable_shared_from_this<call> {
   void read() {
     sock_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
       self->raw_.append(self->buf_.data(), n);
+      // A content delta (the role chunk's delta starts with "role"); searched until found.
+      if (self->out_.ttft_ms < 0 && self->raw_.find("\"delta\":{\"content\":\"") != std::string::npos)
+        self->out_.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - self->sent_).count();
       if (ec) return parse(self->raw_, self->out_);
       self->read();
     });
   }
   tcp::socket sock_;
+  asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point sent_;
   int port_;
   std::string request_;
   stream_result& out_;
@@ -127,7 +141,7 @@ std::vector<stream_result> run_streams(int port, const std::vector<stream_spec>&
     std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
     for (const auto& h : specs[i].headers) req += h + "\r\n";
     req += "Content-Length: " + std::to_string(specs[i].body.size()) + "\r\nConnection: close\r\n\r\n" + specs[i].body;
-    std::make_shared<call>(ioc, port, std::move(req), results[i])->start();
+    std::make_shared<call>(ioc, port, std::move(req), results[i])->start_after(specs[i].start_ms);
   }
   ioc.run_for(std::chrono::seconds(timeout_s));
   return results;

@@ -9,6 +9,7 @@ namespace kiln::test {
 struct stream_spec {
   std::string body;
   std::vector<std::string> headers;
+  int start_ms = 0;  ///< when to send it, after the run begins
 };
 
 struct stream_result {
@@ -24,6 +25,8 @@ struct stream_result {
   int completion_tokens = -1;
   int attempts = 0;
   std::string replica_id;
+  double ttft_ms = -1;   ///< from sending to the first content delta
+  int retry_after = -1;  ///< of an error answer, when it had one
 };
 
 /// Runs every request concurrently and returns the results in the same order.
