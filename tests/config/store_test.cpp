@@ -147,7 +147,8 @@ TEST_CASE("store: keys added and revoked, limits replaced, usage rows add up per
   CHECK(s->load_tenancy().team_by_key(key) == nullptr);
   CHECK(s->load_tenancy().team_by_key("secret-search-key") != nullptr);  // the other key lives on
   REQUIRE_FALSE(s->put_limit("search", {"m", 120, 60, 2, 0.25}));
-  const auto* l = s->load_tenancy().team("search")->limit_for("m");
+  const tenancy after = s->load_tenancy();
+  const auto* l = after.team("search")->limit_for("m");
   CHECK(l->tokens_per_minute == 120);
   CHECK(l->burst == 60);
   CHECK(l->max_concurrency == 2);
