@@ -9,6 +9,7 @@
 #include "cluster/node.hpp"
 #include "config/config.hpp"
 #include "engine/model_dir.hpp"
+#include "sim/plan.hpp"
 
 namespace {
 
@@ -25,6 +26,10 @@ constexpr std::string_view kUsage =
     "             [--action kill|freeze|slow|fail] [--seconds 5s]\n"
     "                                          a drill against a running kiln: hit a random target\n"
     "                                          every period, print it and the pool state after\n"
+    "  kiln plan [--assumptions FILE] [--weight-dtype D] [--kv-dtype D] [--tp N]\n"
+    "                                          the sizing model: KV bytes, step time, knee, batch at\n"
+    "                                          the SLO, prefill, fleet and cost (seed 001's assumptions\n"
+    "                                          unless a file or flag changes them)\n"
     "  kiln help\n";
 
 int usage_error(const std::string& msg) {
@@ -93,6 +98,16 @@ int main(int argc, char** argv) {
   if (v[0] == "chaos") {
     const int rc = kiln::cluster::run_chaos({v.begin() + 1, v.end()}, std::cout, std::cerr);
     if (rc == 2) std::cerr << kUsage;
+    return rc;
+  }
+  if (v[0] == "plan") {
+    std::vector<const char*> rest;
+    for (std::size_t i = 1; i < v.size(); ++i) rest.push_back(v[i].c_str());
+    std::string out;
+    const int rc = kiln::sim::run_plan(static_cast<int>(rest.size()), rest.data(), out, err);
+    if (rc == 2) return usage_error(err);
+    if (rc != 0) std::cerr << "kiln: " << err << "\n";
+    std::cout << out;
     return rc;
   }
   if (v[0] == "make-tiny-model") {

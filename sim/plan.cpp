@@ -1,0 +1,163 @@
+#include "sim/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::sim {
+
+double dtype_bytes(std::string_view d) {
+  if (d == "fp32" || d == "f32") return 4;
+  if (d == "bf16" || d == "fp16" || d == "f16") return 2;
+  if (d == "fp8" || d == "int8") return 1;
+  if (d == "int4" || d == "4bit") return 0.5;
+  return 0;
+}
+
+namespace {
+
+double weight_bytes(const plan_assumptions& a) { return a.params * dtype_bytes(a.weight_dtype); }
+
+double kv_per_token(const plan_assumptions& a) {
+  return 2.0 * a.layers * a.kv_heads * a.head_dim * dtype_bytes(a.kv_dtype);
+}
+
+}  // namespace
+
+decode_step decode_at(const plan_assumptions& a, int batch, int context, int tp) {
+  decode_step s;
+  const double n = std::max(1, tp);
+  s.batch = batch;
+  s.weight_bytes = weight_bytes(a) / n;
+  s.kv_bytes = static_cast<double>(batch) * context * kv_per_token(a) / n;
+  s.memory = (s.weight_bytes + s.kv_bytes) / (a.hbm_bytes_per_s * a.bandwidth_efficiency);
+  s.compute = 2.0 * a.params * batch / (n * a.flops_per_s * a.flops_efficiency);
+  if (tp > 1) {
+    // Two all-reduces per layer; a ring moves 2(n-1)/n of the message per GPU.
+    const double collectives = 2.0 * a.layers;
+    const double message = static_cast<double>(batch) * a.d_model * a.activation_bytes;
+    const double volume = collectives * 2.0 * (n - 1) / n * message;
+    s.allreduce = volume / a.allreduce_bytes_per_s + collectives * a.allreduce_latency_s;
+  }
+  s.fixed = a.fixed_step_s;
+  s.roofline = std::max(s.memory, s.compute) + s.allreduce + s.fixed;
+  s.tpot = s.roofline / a.end_to_end_efficiency;
+  return s;
+}
+
+prefill_time prefill_at(const plan_assumptions& a, int tokens) {
+  prefill_time p;
+  const double n = tokens;
+  p.tokens = tokens;
+  p.linear_flops = 2.0 * a.params * n;
+  p.attention_flops = 4.0 * a.layers * n * n * a.d_model;
+  const double flops = std::max(1, a.tensor_parallel) * a.flops_per_s * a.flops_efficiency;
+  p.at_mfu_s = (p.linear_flops + p.attention_flops) / flops;
+  p.end_to_end_s = p.at_mfu_s / a.end_to_end_efficiency;
+  return p;
+}
+
+int batch_at_slo(const plan_assumptions& a, int tp) {
+  // TPOT grows with the batch; the first batch past the SLO bounds the search.
+  if (decode_at(a, 1, a.context_tokens, tp).tpot > a.tpot_slo_s) return 0;
+  int lo = 1, hi = 2;
+  while (hi < (1 << 24) && decode_at(a, hi, a.context_tokens, tp).tpot <= a.tpot_slo_s) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (decode_at(a, mid, a.context_tokens, tp).tpot <= a.tpot_slo_s ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+namespace {
+
+tp_option option_for(const plan_assumptions& a, int tp) {
+  tp_option o;
+  o.tp = tp;
+  o.replicas_per_node = std::max(1, a.gpus_per_node / std::max(1, tp));
+  const double hbm = a.gpus_per_node * a.hbm_bytes_per_gpu;
+  o.weights_on_node = weight_bytes(a) * o.replicas_per_node;
+  o.kv_pool_bytes = hbm - hbm * a.runtime_reserve - o.weights_on_node;
+  o.batch_at_slo = batch_at_slo(a, tp);
+  if (o.batch_at_slo > 0) {
+    const double tpot = decode_at(a, o.batch_at_slo, a.context_tokens, tp).tpot;
+    o.node_tokens_per_s_at_slo = o.replicas_per_node * o.batch_at_slo / tpot;
+  }
+  return o;
+}
+
+}  // namespace
+
+plan_figures derive(const plan_assumptions& a) {
+  plan_figures f;
+  const int tp = std::max(1, a.tensor_parallel);
+  const double replicas_per_node = std::max(1, a.gpus_per_node / tp);
+  f.weight_bytes = weight_bytes(a);
+  f.kv_bytes_per_token = kv_per_token(a);
+  f.node_hbm = a.gpus_per_node * a.hbm_bytes_per_gpu;
+  f.reserve = f.node_hbm * a.runtime_reserve;
+  f.kv_pool_bytes = f.node_hbm - f.reserve - f.weight_bytes * replicas_per_node;
+  f.kv_pool_tokens = f.kv_pool_bytes > 0 ? f.kv_pool_bytes / f.kv_bytes_per_token : 0;
+  f.max_sequences = f.kv_pool_tokens / a.context_tokens;
+
+  f.step = decode_at(a, a.decode_batch, a.context_tokens, tp);
+  f.node_decode_tokens_per_s = replicas_per_node * a.decode_batch / f.step.tpot;
+  // The knee: where the KV read of the batch equals the weight read.
+  f.knee = (f.weight_bytes / tp) / (a.context_tokens * f.kv_bytes_per_token / tp);
+  f.knee_8k = (f.weight_bytes / tp) / (8192.0 * f.kv_bytes_per_token / tp);
+  f.batch_at_slo = batch_at_slo(a, tp);
+  f.kv_tokens_at_slo = static_cast<double>(f.batch_at_slo) * a.context_tokens;
+
+  f.prefill_2k = prefill_at(a, 2048);
+  f.prefill_32k = prefill_at(a, 32768);
+  f.node_prefill_tokens_per_s = replicas_per_node * 2048.0 / f.prefill_2k.end_to_end_s;
+
+  f.decode_demand = a.peak_requests_per_s * a.output_tokens;
+  f.prefill_demand = a.peak_requests_per_s * a.input_tokens;
+  f.prefill_after_cache = f.prefill_demand * (1 - a.prefix_hit_rate);
+  f.decode_nodes = f.decode_demand / f.node_decode_tokens_per_s;
+  f.prefill_nodes = f.prefill_after_cache / f.node_prefill_tokens_per_s;
+  f.capacity_nodes = f.decode_nodes + f.prefill_nodes;
+  f.fleet_nodes = static_cast<int>(std::ceil(f.capacity_nodes * a.burst_headroom - 1e-9));
+
+  f.usd_per_hour = f.fleet_nodes * a.gpus_per_node * a.gpu_hour_usd;
+  f.usd_per_month = f.usd_per_hour * a.hours_per_month;
+  f.output_tokens_per_hour = f.decode_demand * a.average_load * 3600;
+  f.input_tokens_per_hour = f.prefill_demand * a.average_load * 3600;
+  // Cost is attributed to output and input by the nodes each needs.
+  const double decode_share = f.capacity_nodes > 0 ? f.decode_nodes / f.capacity_nodes : 0;
+  f.usd_per_million_output = f.usd_per_hour * decode_share / (f.output_tokens_per_hour / 1e6);
+  f.usd_per_million_input = f.usd_per_hour * (1 - decode_share) / (f.input_tokens_per_hour / 1e6);
+
+  f.tp_half = option_for(a, std::max(1, a.gpus_per_node / 2));
+  f.tp_full = option_for(a, a.gpus_per_node);
+  return f;
+}
+
+fleet_figures derive_fleet(const fleet_assumptions& a) {
+  fleet_figures f;
+  f.kv_bytes_per_token = 2.0 * a.chat_layers * a.chat_kv_heads * a.chat_head_dim * a.chat_kv_dtype_bytes;
+  f.output_tokens_per_s = a.concurrent_streams * a.stream_tokens_per_s;
+  f.requests_per_s = f.output_tokens_per_s / a.answer_tokens;
+  f.streams_per_replica = a.replica_tokens_per_s / a.stream_tokens_per_s;
+  f.kv_bytes_of_streams = std::floor(f.streams_per_replica) * a.stream_context * f.kv_bytes_per_token;
+  f.chat_replicas = static_cast<int>(std::ceil(f.output_tokens_per_s / a.replica_tokens_per_s - 1e-9));
+  f.chat_replicas_at_one_gpu_rate = static_cast<int>(std::ceil(f.output_tokens_per_s / a.one_gpu_tokens_per_s - 1e-9));
+  f.prompt_tokens_per_s = f.requests_per_s * a.prompt_tokens;
+  f.prefill_after_cache = f.requests_per_s * (a.prompt_tokens - a.prefix_found * a.cached_prefix_tokens);
+  f.reason_replicas = static_cast<int>(
+      std::ceil(a.reason_streams * a.reason_stream_tokens_per_s / a.reason_replica_tokens_per_s - 1e-9));
+  // Each region carries the whole peak alone.
+  f.gpus = a.regions * (f.chat_replicas + f.reason_replicas * a.reason_gpus_per_replica);
+  f.usd_per_month = f.gpus * a.gpu_hour_usd * a.hours_per_month;
+  f.replica_tokens_per_hour = a.replica_tokens_per_s * 3600;
+  f.usd_per_million_full = a.gpu_hour_usd / (f.replica_tokens_per_hour / 1e6);
+  f.usd_per_million_half = 2 * f.usd_per_million_full;
+  f.cold_start_growth = std::pow(1 + a.growth_per_minute, a.cold_start_minutes);
+  f.load_at_arrival = a.scale_threshold * f.cold_start_growth;
+  return f;
+}
+
+}  // namespace kiln::sim
