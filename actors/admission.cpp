@@ -45,10 +45,13 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   }
   const pool_runtime& rt = *pool.runtime;
   const config::pool_config& cfg_pool = *rt.cfg;
-  auto prompt = rt.prompt_for(r.messages);
-  if (auto* e = std::get_if<std::string>(&prompt))
-    return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
-  r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
+  // A request that arrives as tokens (the simulator's, a replayed capture) skips the template.
+  if (!r.messages.empty() || r.prompt.empty()) {
+    auto prompt = rt.prompt_for(r.messages);
+    if (auto* e = std::get_if<std::string>(&prompt))
+      return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
+    r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
+  }
   r.messages.clear();  // rendered: the tokens travel on, not the text
   r.model = model;
   r.version = version;

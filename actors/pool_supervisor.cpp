@@ -111,6 +111,7 @@ void start_children(stateful* self) {
   auto& st = self->state;
   const config::pool_config& p = *st.d.cfg;
   router_settings rs;
+  rs.policy = routing_policy_from(p.routing);
   rs.model = p.model;
   rs.version = p.version;
   rs.region = st.d.region;

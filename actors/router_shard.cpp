@@ -36,6 +36,12 @@ std::uint64_t affinity_key(const request& r) {
   return mix(team, XXH3_64bits(r.prompt.data(), n * sizeof(std::int32_t)));
 }
 
+routing_policy routing_policy_from(std::string_view name) {
+  if (name == "round_robin") return routing_policy::round_robin;
+  if (name == "least_tokens") return routing_policy::least_tokens;
+  return routing_policy::prefix_affinity_bounded;
+}
+
 int router_shard_state::missed_beats(const entry& e, caf::actor_clock::time_point now) const {
   if (!e.beat) return 0;
   const double periods = ms(now - e.last_beat) / ms(cfg.heartbeat);
@@ -75,6 +81,15 @@ int router_shard_state::pick(std::uint64_t key, std::int64_t tokens, caf::actor_
     ++n;
   }
   if (n == 0) return -1;
+  if (cfg.policy == routing_policy::round_robin) {
+    for (std::size_t k = 0; k < replicas.size(); ++k) {
+      const std::size_t i = (rr_next + k) % replicas.size();
+      if (!eligible(replicas[i])) continue;
+      rr_next = i + 1;
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
   const double bound = kLoadBound * static_cast<double>(total) / static_cast<double>(n);
   int best = -1, least = -1;
   std::uint64_t best_score = 0;
@@ -82,7 +97,7 @@ int router_shard_state::pick(std::uint64_t key, std::int64_t tokens, caf::actor_
     const auto& e = replicas[i];
     if (!eligible(e)) continue;
     if (least < 0 || e.tokens() < replicas[static_cast<std::size_t>(least)].tokens()) least = static_cast<int>(i);
-    if (static_cast<double>(e.tokens()) > bound) continue;
+    if (cfg.policy == routing_policy::least_tokens || static_cast<double>(e.tokens()) > bound) continue;
     const std::uint64_t score = mix(key, e.id_hash);
     if (best < 0 || score > best_score) {
       best = static_cast<int>(i);

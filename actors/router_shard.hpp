@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/stateful_actor.hpp>
@@ -28,6 +29,12 @@
 
 namespace kiln::actors {
 
+/// How a router ranks replicas: the rendezvous ranking with the 1.25x load bound (the
+/// default), or one of the two baselines it is measured against.
+enum class routing_policy : std::uint8_t { prefix_affinity_bounded, round_robin, least_tokens };
+/// From its config name; prefix_affinity_bounded for any other.
+routing_policy routing_policy_from(std::string_view name);
+
 struct router_settings {
   std::string model;
   std::string version;
@@ -35,6 +42,7 @@ struct router_settings {
   caf::timespan heartbeat = std::chrono::seconds(1);
   caf::timespan first_token_timeout = std::chrono::seconds(60);
   caf::timespan request_timeout = std::chrono::seconds(600);
+  routing_policy policy = routing_policy::prefix_affinity_bounded;
 };
 
 /// One replica as its router sees it (the seed's pool state row).
@@ -123,6 +131,7 @@ struct router_shard_state {
   /// order is deadline order); one timer, armed for the earliest, sweeps them.
   std::deque<std::pair<caf::actor_clock::time_point, request_id>> first_token_due, end_due;
   bool sweep_armed = false;
+  mutable std::size_t rr_next = 0;  ///< round_robin: where the next turn starts
   std::uint64_t retried = 0;
   std::shared_ptr<fleet_gauges> gauges;
 

@@ -10,6 +10,7 @@
 #include "config/config.hpp"
 #include "engine/model_dir.hpp"
 #include "sim/plan.hpp"
+#include "sim/sim.hpp"
 
 namespace {
 
@@ -26,6 +27,9 @@ constexpr std::string_view kUsage =
     "             [--action kill|freeze|slow|fail] [--seconds 5s]\n"
     "                                          a drill against a running kiln: hit a random target\n"
     "                                          every period, print it and the pool state after\n"
+    "  kiln sim SCENARIO.toml [--seed N] [--out DIR] [--trace FILE] [--rate R] [--policy P]\n"
+    "                                          run kiln's actors on virtual time over a scenario's\n"
+    "                                          arrivals; CSV series, charts and summary.md in DIR\n"
     "  kiln plan [--assumptions FILE] [--weight-dtype D] [--kv-dtype D] [--tp N]\n"
     "                                          the sizing model: KV bytes, step time, knee, batch at\n"
     "                                          the SLO, prefill, fleet and cost (seed 001's assumptions\n"
@@ -97,6 +101,11 @@ int main(int argc, char** argv) {
   }
   if (v[0] == "chaos") {
     const int rc = kiln::cluster::run_chaos({v.begin() + 1, v.end()}, std::cout, std::cerr);
+    if (rc == 2) std::cerr << kUsage;
+    return rc;
+  }
+  if (v[0] == "sim") {
+    const int rc = kiln::sim::run_sim({v.begin() + 1, v.end()}, std::cout, std::cerr);
     if (rc == 2) std::cerr << kUsage;
     return rc;
   }

@@ -178,6 +178,9 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("capacity_tokens", p.capacity_tokens, 0, 1e12);
   r.number("queue_limit", p.queue_limit, 0, 1e7);
   r.number("gpu_hour_usd", p.gpu_hour_usd, 0, 1e6);
+  r.text("routing", p.routing);
+  if (p.routing != "prefix_affinity_bounded" && p.routing != "round_robin" && p.routing != "least_tokens")
+    r.fail("routing", "must be prefix_affinity_bounded, round_robin or least_tokens (got \"" + p.routing + "\")");
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
   if (const auto* s = r.table("sim_text")) {

@@ -69,6 +69,7 @@ struct pool_config {
   std::int64_t capacity_tokens = 0;     ///< tokens in flight one replica carries at full load; 0: its KV cache
   int queue_limit = 256;                ///< requests waiting in admission for this pool, all tiers
   double gpu_hour_usd = 2.50;           ///< what one GPU costs an hour (seed 000), for USD per million tokens
+  std::string routing = "prefix_affinity_bounded";  ///< or round_robin, least_tokens (A/B runs)
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;

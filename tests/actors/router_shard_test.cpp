@@ -182,3 +182,37 @@ TEST_CASE("router: the affinity key is the conversation id, else team and prompt
   CHECK(actors::affinity_key(c) == actors::affinity_key(d));
   CHECK(actors::affinity_key(c) != actors::affinity_key(a));
 }
+
+TEST_CASE_FIXTURE(router_fixture, "router shard state: the A/B baselines, round robin and least tokens in flight") {
+  serving(3);
+  st.replicas[0].sent = 30;
+  st.replicas[1].sent = 10;
+  st.replicas[2].sent = 20;
+  SUBCASE("least tokens: the least loaded whatever the key, the next least when it is excluded") {
+    st.cfg.policy = actors::routing_policy::least_tokens;
+    for (std::uint64_t key = 1; key <= 16; ++key) CHECK(st.pick(key, 10, t0) == 1);
+    CHECK(st.pick(7, 10, t0, {"r1"}) == 2);
+    st.replicas[1].sent = 20;  // a tie goes to the first in order
+    CHECK(st.pick(7, 10, t0) == 1);
+  }
+  SUBCASE("round robin: each serving replica in turn whatever its load, skipping one out of the ranking") {
+    st.cfg.policy = actors::routing_policy::round_robin;
+    std::vector<int> turns;
+    for (int i = 0; i < 6; ++i) turns.push_back(st.pick(99, 10, t0));
+    CHECK(turns == std::vector<int>{0, 1, 2, 0, 1, 2});
+    st.replicas[1].phase = actors::replica_phase::draining;
+    turns.clear();
+    for (int i = 0; i < 4; ++i) turns.push_back(st.pick(99, 10, t0));
+    CHECK(turns == std::vector<int>{0, 2, 0, 2});
+    CHECK(st.pick(99, 10, t0, {"r0", "r2"}) == -1);
+  }
+  SUBCASE("the default keeps the key's home while it is within the bound") {
+    CHECK(st.cfg.policy == actors::routing_policy::prefix_affinity_bounded);
+    std::set<int> homes;
+    for (std::uint64_t key = 1; key <= 32; ++key) homes.insert(st.pick(key, 10, t0));
+    CHECK(homes.size() >= 2);  // keys spread; least-tokens would send all to r1
+  }
+  CHECK(actors::routing_policy_from("round_robin") == actors::routing_policy::round_robin);
+  CHECK(actors::routing_policy_from("least_tokens") == actors::routing_policy::least_tokens);
+  CHECK(actors::routing_policy_from("prefix_affinity_bounded") == actors::routing_policy::prefix_affinity_bounded);
+}

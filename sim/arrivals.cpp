@@ -1,0 +1,235 @@
+#include "sim/arrivals.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <unordered_set>
+
+#include <xxhash.h>
+
+#include "sim/traces.hpp"
+
+namespace kiln::sim {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t both[2] = {a, b};
+  return XXH3_64bits(both, sizeof both);
+}
+
+std::uint64_t hash_of(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
+
+/// A portable uniform draw in (0, 1): the same sequence on every standard library.
+class draws {
+ public:
+  explicit draws(std::uint64_t seed) : state_(seed) {}
+  double uniform() {
+    state_ = mix(state_, 0x9E3779B97F4A7C15ull);
+    return (static_cast<double>(state_ >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+  double exponential(double mean) { return -mean * std::log(uniform()); }
+  std::uint64_t next() {
+    state_ = mix(state_, 0x9E3779B97F4A7C15ull);
+    return state_;
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+double rate_at(const arrival_spec& s, double t) {
+  switch (s.process) {
+    case arrival_process::ramp: return s.rate * std::pow(1 + s.ramp_per_minute, t / 60.0);
+    case arrival_process::step: return t < s.step_at_s ? s.rate : s.rate * s.step_factor;
+    case arrival_process::daily: {
+      const double phase = (1 - std::cos(2 * M_PI * t / s.daily_period_s)) / 2;  // 0 at the trough
+      return s.rate * (s.daily_trough + (1 - s.daily_trough) * phase);
+    }
+    default: return s.rate;
+  }
+}
+
+double peak_rate(const arrival_spec& s) {
+  switch (s.process) {
+    case arrival_process::ramp: return std::max(s.rate, rate_at(s, s.duration_s));
+    case arrival_process::step: return s.rate * std::max(1.0, s.step_factor);
+    default: return s.rate;
+  }
+}
+
+/// A length around `mean`: exponential, kept within [mean/8, 4 mean] and at least 1.
+std::int32_t length_near(draws& d, int mean) {
+  const double x = std::clamp(d.exponential(mean), mean / 8.0, 4.0 * mean);
+  return std::max<std::int32_t>(1, static_cast<std::int32_t>(std::lround(x)));
+}
+
+std::vector<team_rule> teams_of(const arrival_spec& s) {
+  if (!s.teams.empty()) return s.teams;
+  return {team_rule{"sim"}};
+}
+
+/// Gives prompts their blocks: the team's system prompt first, then a conversation's earlier
+/// prompt (a later turn extends it), then fresh blocks.
+class prompt_maker {
+ public:
+  prompt_maker(const arrival_spec& s, std::uint64_t seed) : spec_(s), d_(seed ^ 0xC0FFEEull) {}
+
+  void fill(arrival& a, const team_rule& team) {
+    a.block_tokens = kFineBlockTokens;
+    const int per = kFineBlockTokens;
+    const int total_blocks = (a.prompt_tokens + per - 1) / per;
+    std::vector<std::uint64_t> blocks;
+    const int system = std::min(team.system_prompt_tokens / per, total_blocks);
+    for (int i = 0; i < system; ++i) blocks.push_back(mix(hash_of(team.name), static_cast<std::uint64_t>(i)));
+    auto& open = open_[team.name];
+    const int turns = std::max(1, spec_.conversation_turns);
+    if (turns > 1 && !open.empty() && d_.uniform() >= 1.0 / turns) {
+      const std::size_t pick = static_cast<std::size_t>(d_.next() % open.size());
+      conversation& c = open[pick];
+      a.conversation = c.id;
+      // Its earlier prompt, as far as this one reaches (at least one fresh block stays).
+      for (std::size_t i = blocks.size(); i < c.blocks.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
+        blocks.push_back(c.blocks[i]);
+    } else if (turns > 1) {
+      a.conversation = team.name + "-c" + std::to_string(++conversations_);
+      open.push_back({a.conversation, {}});
+      if (open.size() > 64) open.erase(open.begin());
+    }
+    while (static_cast<int>(blocks.size()) < total_blocks) blocks.push_back(d_.next());
+    a.blocks = std::move(blocks);
+    if (!a.conversation.empty()) {
+      for (auto& c : open)
+        if (c.id == a.conversation) c.blocks = a.blocks;
+    }
+  }
+
+ private:
+  struct conversation {
+    std::string id;
+    std::vector<std::uint64_t> blocks;
+  };
+  const arrival_spec& spec_;
+  draws d_;
+  std::map<std::string, std::vector<conversation>> open_;
+  std::uint64_t conversations_ = 0;
+};
+
+const team_rule& pick_team(const std::vector<team_rule>& teams, draws& d) {
+  double total = 0;
+  for (const auto& t : teams) total += t.weight;
+  double x = d.uniform() * total;
+  for (const auto& t : teams) {
+    if (x < t.weight) return t;
+    x -= t.weight;
+  }
+  return teams.back();
+}
+
+std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
+  std::vector<arrival> out;
+  const auto teams = teams_of(s);
+  double weights = 0;
+  for (const auto& t : teams) weights += t.weight;
+  for (const auto& team : teams) {
+    // Each team is its own process at its share of the rate (times its multiplier).
+    const double share = team.weight / weights * team.rate_multiplier;
+    draws d(mix(seed, hash_of(team.name)));
+    const double peak = peak_rate(s) * share;
+    if (peak <= 0) continue;
+    for (double t = d.exponential(1 / peak); t < s.duration_s; t += d.exponential(1 / peak)) {
+      if (d.uniform() * peak > rate_at(s, t) * share) continue;  // thinning
+      arrival a;
+      a.t = t;
+      a.team = team.name;
+      a.model = team.model;
+      a.tier = team.tier;
+      a.prompt_tokens = length_near(d, s.prompt_tokens);
+      a.output_tokens = length_near(d, s.output_tokens);
+      out.push_back(std::move(a));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const arrival& a, const arrival& b) { return a.t < b.t; });
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
+  std::vector<std::int32_t> out;
+  out.reserve(static_cast<std::size_t>(std::max(0, a.prompt_tokens)));
+  const auto v = static_cast<std::uint64_t>(std::max(3, vocab) - 2);
+  for (std::size_t b = 0; b < a.blocks.size() && static_cast<std::int32_t>(out.size()) < a.prompt_tokens; ++b) {
+    for (int j = 0; j < a.block_tokens && static_cast<std::int32_t>(out.size()) < a.prompt_tokens; ++j)
+      out.push_back(2 + static_cast<std::int32_t>(mix(a.blocks[b], static_cast<std::uint64_t>(j)) % v));
+  }
+  // A trace with fewer hashes than tokens: the rest is the request's own.
+  std::uint64_t tail = a.blocks.empty() ? 0 : a.blocks.back();
+  while (static_cast<std::int32_t>(out.size()) < a.prompt_tokens)
+    out.push_back(2 + static_cast<std::int32_t>(mix(tail, out.size() + 0xABCDull) % v));
+  return out;
+}
+
+std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& s, std::uint64_t seed) {
+  if (s.duration_s <= 0) return std::string("duration must be positive");
+  std::vector<arrival> out;
+  if (s.process == arrival_process::trace) {
+    auto read = read_trace(s.trace);
+    if (auto* e = std::get_if<std::string>(&read)) return *e;
+    out = std::move(std::get<std::vector<arrival>>(read));
+    if (out.empty()) return s.trace + ": no requests";
+    const double span = out.back().t - out.front().t;
+    const double t0 = out.front().t;
+    const double recorded = span > 0 ? static_cast<double>(out.size() - 1) / span : 0;
+    const double scale = (s.trace_rate > 0 && recorded > 0) ? recorded / s.trace_rate : 1.0;
+    for (auto& a : out) a.t = (a.t - t0) * scale;
+    out.erase(std::find_if(out.begin(), out.end(), [&](const arrival& a) { return a.t >= s.duration_s; }), out.end());
+    // Teams, tiers and (where the trace has none) conversations by the rules.
+    const auto teams = teams_of(s);
+    draws d(mix(seed, 0x7EA5ull));
+    prompt_maker prompts(s, seed);
+    for (auto& a : out) {
+      const team_rule& team = pick_team(teams, d);
+      if (!a.team.empty()) continue;  // a capture keeps who sent it
+      a.team = team.name;
+      a.model = team.model;
+      a.tier = team.tier;
+      if (a.blocks.empty()) prompts.fill(a, team);
+    }
+  } else {
+    if (s.rate <= 0) return std::string("rate must be positive");
+    out = synthetic(s, seed);
+    prompt_maker prompts(s, seed);
+    const auto teams = teams_of(s);
+    for (auto& a : out) {
+      const auto it = std::find_if(teams.begin(), teams.end(), [&](const team_rule& t) { return t.name == a.team; });
+      prompts.fill(a, *it);
+    }
+  }
+  if (s.max_prompt_tokens > 0) {
+    for (auto& a : out) a.prompt_tokens = std::min(a.prompt_tokens, s.max_prompt_tokens);
+  }
+  return out;
+}
+
+oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab) {
+  oracle_result r;
+  std::unordered_set<std::uint64_t> seen;
+  const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
+  for (const auto& a : arrivals) {
+    const auto tokens = prompt_of(a, vocab);
+    r.prompt_tokens += static_cast<std::int64_t>(tokens.size());
+    std::uint64_t chain = 0;
+    bool hit = true;
+    // Full blocks only, and never the whole prompt (its last token is always computed).
+    for (std::size_t off = 0; off + bs <= tokens.size(); off += bs) {
+      chain = mix(chain, XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
+      const bool known = !seen.insert(chain).second;
+      if (hit && known && off + bs < tokens.size()) r.reusable_tokens += static_cast<std::int64_t>(bs);
+      else hit = false;
+    }
+  }
+  return r;
+}
+
+}  // namespace kiln::sim

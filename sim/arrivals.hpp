@@ -1,0 +1,96 @@
+#pragma once
+// Arrivals for the simulator: synthetic processes (Poisson at a rate, a ramp, a step, a daily
+// curve) and trace replay (the Azure conversation CSV, Mooncake JSONL with its prompt block
+// hashes, kiln's own capture files), scaled to a target rate, with rules that give each
+// request a team, a tier and a conversation. Prompts are blocks of tokens named by a hash:
+// equal hashes are equal tokens, so prefix sharing in a trace is prefix sharing in the engines.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/types.hpp"
+
+namespace kiln::sim {
+
+/// Tokens in one prompt block of a Mooncake trace (its hash ids are per 512 tokens).
+inline constexpr int kTraceBlockTokens = 512;
+/// Tokens per block of synthetic prompts and captures: the engines' KV block, so a shared
+/// system prompt of any length is shared to the token.
+inline constexpr int kFineBlockTokens = 16;
+
+struct arrival {
+  double t = 0;  ///< seconds from the start of the run
+  std::string team;
+  std::string model;                   ///< empty: the fleet's first model
+  engine::priority tier = engine::priority::standard;
+  std::string conversation;            ///< the routing key; empty: none
+  std::int32_t prompt_tokens = 0;
+  std::vector<std::uint64_t> blocks;   ///< one hash per block_tokens (the last may be partial)
+  std::int32_t block_tokens = kFineBlockTokens;
+  std::int32_t output_tokens = 0;
+};
+
+/// The prompt's token ids: block i's tokens are a function of its hash alone.
+std::vector<std::int32_t> prompt_of(const arrival& a, int vocab);
+
+/// Who sends a share of the traffic.
+struct team_rule {
+  std::string name;
+  std::string model;             ///< what it asks for; empty: the fleet's first model
+  double weight = 1;
+  engine::priority tier = engine::priority::standard;
+  int system_prompt_tokens = 0;  ///< a prefix every request of the team shares
+  double rate_multiplier = 1;    ///< this team's traffic is this many times its share
+};
+
+enum class arrival_process : std::uint8_t { poisson, ramp, step, daily, trace };
+
+struct arrival_spec {
+  arrival_process process = arrival_process::poisson;
+  double rate = 10;                 ///< requests per second (at the start, for ramp and step)
+  double ramp_per_minute = 0.05;    ///< ramp: growth per minute (1.05x)
+  double step_at_s = 60;            ///< step: when the rate changes ...
+  double step_factor = 2;           ///< ... and by how much
+  double daily_period_s = 86400;    ///< daily: one cycle (shorten it to compress a day)
+  double daily_trough = 0.3;        ///< daily: lowest rate as a fraction of `rate`
+  std::string trace;                ///< trace: a file (.csv Azure, .jsonl Mooncake, .kcap capture)
+  double trace_rate = 0;            ///< trace: scale timestamps to this mean rate; 0: as recorded
+  double duration_s = 60;           ///< arrivals stop here (a trace also stops at its end)
+  int prompt_tokens = 1200;         ///< synthetic: mean prompt length
+  int output_tokens = 300;          ///< synthetic: mean output length
+  int conversation_turns = 1;       ///< synthetic and Azure: mean turns; later turns extend earlier prompts
+  int max_prompt_tokens = 0;        ///< > 0: longer prompts are cut to this
+  std::vector<team_rule> teams;     ///< empty: one team "sim"
+};
+
+/// Every arrival of a run in time order, or what is wrong with the spec or the trace.
+std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed);
+
+/// Prompt tokens an unlimited cache could serve: for each request in order, its longest
+/// prefix (in `block_size`-token blocks) that an earlier request also began with.
+struct oracle_result {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t reusable_tokens = 0;
+  double hit_rate() const { return prompt_tokens > 0 ? static_cast<double>(reusable_tokens) / prompt_tokens : 0; }
+};
+oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab);
+
+/// kiln's capture format (what `kiln serve --capture` writes, msgpack, one record each).
+struct capture_record {
+  double t = 0;
+  std::string team;
+  std::uint8_t tier = 1;
+  std::string conversation;
+  std::vector<std::uint64_t> block_hashes;  ///< of the prompt, per kFineBlockTokens
+  std::int32_t prompt_tokens = 0;
+  std::int32_t output_tokens = 0;
+};
+/// Reads a capture file; a torn last record (a crash mid-write) is dropped.
+std::variant<std::vector<capture_record>, std::string> read_capture(const std::string& path);
+std::string encode_capture(const capture_record& r);
+/// Hashes of a prompt's token blocks, as a capture stores them.
+std::vector<std::uint64_t> block_hashes_of(const std::vector<std::int32_t>& prompt);
+
+}  // namespace kiln::sim

@@ -1,0 +1,310 @@
+#include "sim/fleet.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include <caf/all.hpp>
+
+#include "actors/loader.hpp"
+#include "actors/node_supervisor.hpp"
+#include "actors/stream_sink.hpp"
+#include "config/store.hpp"
+#include "sim/virtual_time.hpp"
+
+namespace kiln::sim {
+
+namespace {
+
+using clock_point = caf::actor_clock::time_point;
+
+caf::timespan span_of(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+/// What the regions' sinks write into: one record per request, indexed by its id's counter.
+struct run_book {
+  std::vector<request_record> records;
+  std::vector<std::int64_t> tokens_out;  ///< per pool since the last tick
+  std::size_t done = 0;
+};
+
+/// The sink's target: every client of a region, recorded at virtual time.
+class collector final : public actors::stream_target {
+ public:
+  collector(run_book& book, caf::scheduler::test_coordinator& sched, clock_point start)
+      : book_(book), sched_(sched), start_(start) {}
+  void on_tokens(actors::stream_tokens ev) override {
+    request_record& r = at(ev.id);
+    if (r.first_token < 0 && ev.tokens > 0) r.first_token = now();
+    if (ev.prompt_tokens >= 0) r.prompt = ev.prompt_tokens;
+    if (ev.cached_tokens >= 0) r.cached = ev.cached_tokens;
+    r.output += ev.tokens;
+    book_.tokens_out[r.pool] += ev.tokens;
+  }
+  void on_end(actors::stream_end ev) override {
+    request_record& r = at(ev.id);
+    if (!r.outcome.empty()) return;
+    r.end = now();
+    r.outcome = "completed";
+    r.prompt = ev.prompt_tokens;
+    r.cached = ev.cached_tokens;
+    r.attempts = ev.attempts;
+    ++book_.done;
+  }
+  void on_error(actors::stream_error ev) override {
+    request_record& r = at(ev.id);
+    if (!r.outcome.empty()) return;
+    r.end = now();
+    r.outcome = std::string(actors::to_string(ev.code));
+    r.mid_stream = r.output > 0;
+    ++book_.done;
+  }
+
+ private:
+  request_record& at(const actors::request_id& id) { return book_.records[id.seq - 1]; }
+  double now() const { return std::chrono::duration<double>(sched_.clock().now() - start_).count(); }
+  run_book& book_;
+  caf::scheduler::test_coordinator& sched_;
+  clock_point start_;
+};
+
+/// One region: a node on its own actor system and virtual clock.
+struct region_rt {
+  caf::actor_system_config sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::unique_ptr<virtual_time> vt;
+  std::shared_ptr<actors::fleet_gauges> gauges = std::make_shared<actors::fleet_gauges>();
+  std::shared_ptr<const config::kiln_config> cfg;
+  caf::actor node, sink, admission;
+  clock_point start;
+
+  region_rt(config::kiln_config c, run_book& book) {
+    use_virtual_time(sys_cfg);
+    sys = std::make_unique<caf::actor_system>(sys_cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    vt = std::make_unique<virtual_time>(*sched);
+    cfg = std::make_shared<const config::kiln_config>(std::move(c));
+    start = vt->now();
+    actors::node_deps d;
+    d.cfg = cfg;
+    d.gauges = gauges;
+    d.loader = actors::make_inline_loader();
+    config::tenancy tenants;
+    tenants.teams = cfg->teams;  // limits by team name; no keys: nothing here authenticates
+    tenants.index();
+    d.tenants = std::make_shared<const config::tenancy>(std::move(tenants));
+    node = actors::spawn_node(*sys, std::move(d));
+    sink = actors::spawn_stream_sink(*sys, std::make_shared<collector>(book, *sched, start));
+    vt->run_ready();
+    admission = caf::actor_cast<caf::actor>(sys->registry().get(actors::admission_name));
+  }
+  ~region_rt() {
+    actors::stop_node(node);
+    actors::stop_sink(sink);
+    vt->run_ready();
+  }
+  void advance_to(double t) {
+    const clock_point target = start + span_of(t);
+    if (target > vt->now()) vt->run_for(target - vt->now());
+    else vt->run_ready();
+  }
+};
+
+/// The replicas an event hits: the busiest of the model's live pool first.
+std::vector<std::string> targets(const region_rt& r, const std::string& model, const std::string& version, int count) {
+  auto engines = r.gauges->engines();
+  std::erase_if(engines, [&](const auto& e) { return e.model != model || e.version != version; });
+  std::sort(engines.begin(), engines.end(), [](const auto& a, const auto& b) {
+    return a.tokens_in_flight != b.tokens_in_flight ? a.tokens_in_flight > b.tokens_in_flight : a.replica_id < b.replica_id;
+  });
+  std::vector<std::string> out;
+  for (const auto& e : engines)
+    if (static_cast<int>(out.size()) < count) out.push_back(e.replica_id);
+  return out;
+}
+
+actors::chaos_action action_of(const std::string& a) {
+  if (a == "freeze") return actors::chaos_action::freeze;
+  if (a == "slow") return actors::chaos_action::slow;
+  if (a == "fail") return actors::chaos_action::fail;
+  return actors::chaos_action::kill;
+}
+
+actors::chaos_target target_of(const std::string& t) {
+  if (t == "engine") return actors::chaos_target::engine;
+  if (t == "router") return actors::chaos_target::router;
+  return actors::chaos_target::replica;
+}
+
+std::string fmt_time(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", t);
+  return buf;
+}
+
+}  // namespace
+
+std::variant<run_result, std::string> run_once(const scenario& s, const run_plan& plan, const progress_fn& progress) {
+  const auto real_start = std::chrono::steady_clock::now();
+  auto made = make_arrivals(plan.arrivals, s.seed);
+  if (auto* e = std::get_if<std::string>(&made)) return *e;
+  const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
+
+  // Each region runs the scenario's fleet; an answer is as long as the request asks.
+  config::kiln_config fleet = s.fleet;
+  for (auto& p : fleet.pools) {
+    p.text = {1 << 30, 1 << 30};
+    if (!plan.policy.empty()) p.routing = plan.policy;
+  }
+  const std::string first_model = fleet.models.empty() ? fleet.pools.front().model : fleet.models.front().name;
+
+  run_result res;
+  res.label = plan.label;
+  res.policy = plan.policy.empty() ? fleet.pools.front().routing : plan.policy;
+  run_book book;
+  std::map<std::string, std::uint32_t> pool_index;  // "region/model@version"
+  for (const auto& region : s.regions) {
+    for (const auto& p : fleet.pools) {
+      const std::string key = region + "/" + p.model + "@" + p.version;
+      pool_index[key] = static_cast<std::uint32_t>(res.pools.size());
+      res.pools.push_back(key);
+      res.gpus_per_pool.push_back(static_cast<double>(p.replicas) * std::max(1, p.gpu.tensor_parallel));
+    }
+  }
+  res.samples.resize(res.pools.size());
+  book.tokens_out.assign(res.pools.size(), 0);
+  book.records.resize(arrivals.size());
+  res.oracle = oracle_hit_rate(arrivals, fleet.pools.front().block_size, fleet.pools.front().shape.vocab);
+
+  std::vector<std::unique_ptr<region_rt>> regions;
+  for (const auto& name : s.regions) {
+    config::kiln_config c = fleet;
+    c.region = name;
+    regions.push_back(std::make_unique<region_rt>(std::move(c), book));
+    if (!regions.back()->admission) return "region " + name + ": the node did not start its admission";
+  }
+
+  const double end_of_arrivals = arrivals.empty() ? 0 : arrivals.back().t;
+  const double horizon = std::max(s.duration_s, end_of_arrivals) + s.drain_s;
+  std::size_t next = 0, next_event = 0;
+  std::vector<sim_event> events = s.events;
+  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_s < b.at_s; });
+  double tick = s.report_interval_s;
+  double now = 0;
+  const std::uint64_t origin = 0x5133;
+
+  auto sample = [&](double t) {
+    for (std::size_t ri = 0; ri < regions.size(); ++ri) {
+      const region_rt& r = *regions[ri];
+      const auto engines = r.gauges->engines();
+      const auto replicas = r.gauges->replicas();
+      const auto queues = r.gauges->queues();
+      for (const auto& p : r.cfg->pools) {
+        const std::uint32_t idx = pool_index.at(s.regions[ri] + "/" + p.model + "@" + p.version);
+        pool_sample ps;
+        ps.t = t;
+        for (const auto& e : engines) {
+          if (e.model != p.model || e.version != p.version) continue;
+          ps.tokens_in_flight += e.tokens_in_flight;
+          ps.busiest_tokens = std::max(ps.busiest_tokens, e.tokens_in_flight);
+          ps.engine_waiting += e.waiting;
+          ++ps.reporting;
+        }
+        for (const auto& g : replicas)
+          if (g.model == p.model && g.version == p.version) ++ps.phases[g.phase];
+        const std::string key = p.model + "@" + p.version;
+        const char* tiers[3] = {"interactive", "standard", "batch"};
+        for (int k = 0; k < 3; ++k) {
+          auto it = queues.find({key, tiers[k]});
+          if (it != queues.end()) ps.queued[k] = static_cast<std::int64_t>(it->second);
+        }
+        ps.tokens_out = book.tokens_out[idx];
+        book.tokens_out[idx] = 0;
+        res.samples[idx].push_back(std::move(ps));
+      }
+    }
+  };
+
+  while (true) {
+    const double t_arrival = next < arrivals.size() ? arrivals[next].t : 1e300;
+    const double t_event = next_event < events.size() ? events[next_event].at_s : 1e300;
+    const double t = std::min({t_arrival, t_event, tick});
+    if (t > horizon) break;
+    for (auto& r : regions) r->advance_to(t);
+    now = t;
+    if (t == t_arrival) {
+      const arrival& a = arrivals[next];
+      request_record& rec = book.records[next];
+      rec.arrival = a.t;
+      rec.team = a.team;
+      rec.tier = a.tier;
+      rec.asked_output = a.output_tokens;
+      // The global balancer: a conversation (or a request without one) keeps to one region.
+      const std::uint64_t key = a.conversation.empty() ? next : std::hash<std::string>{}(a.conversation);
+      const std::size_t ri = static_cast<std::size_t>(key % regions.size());
+      region_rt& r = *regions[ri];
+      actors::request req;
+      req.id = {origin, next + 1};
+      req.team = a.team;
+      req.model = a.model.empty() ? first_model : a.model;
+      const std::string version = r.cfg->live_version(req.model);
+      const config::pool_config* pool = r.cfg->pool_for(req.model, version);
+      if (!pool) return "arrivals ask for model '" + req.model + "', which the fleet does not serve";
+      rec.pool = pool_index.at(s.regions[ri] + "/" + req.model + "@" + version);
+      req.priority = a.tier;
+      req.conversation_id = a.conversation;
+      req.sampling.max_tokens = std::max(1, a.output_tokens);
+      req.sampling.temperature = 0.7;
+      req.sampling.seed = next + 1;
+      req.prompt = prompt_of(a, pool->shape.vocab);
+      req.sink = r.sink;
+      caf::anon_send(r.admission, std::move(req));
+      ++next;
+    } else if (t == t_event) {
+      const sim_event& e = events[next_event++];
+      const std::size_t ri = e.region.empty()
+                                 ? 0
+                                 : static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), e.region) -
+                                                            s.regions.begin());
+      region_rt& r = *regions[ri];
+      const std::string model = e.model.empty() ? first_model : e.model;
+      const std::string version = r.cfg->live_version(model);
+      std::vector<std::string> ids;
+      if (e.target == "router") ids.assign(static_cast<std::size_t>(e.count), model + "@" + version);
+      else ids = targets(r, model, version, e.count);
+      for (const auto& id : ids) {
+        actors::chaos_request c;
+        c.target = target_of(e.target);
+        c.id = id;
+        c.action = action_of(e.action);
+        c.order.action = c.action;
+        c.order.seconds = e.seconds;
+        c.order.factor = e.factor;
+        caf::anon_send(r.node, c);
+        res.event_log.push_back(fmt_time(t) + ": " + e.action + " " + e.target + " " + id + " (" + s.regions[ri] + ")");
+      }
+      r.vt->run_ready();
+    } else {
+      sample(t);
+      tick += s.report_interval_s;
+      if (progress)
+        progress(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count(), book.done,
+                 arrivals.size());
+      if (next >= arrivals.size() && book.done >= arrivals.size() && t >= s.duration_s) break;
+    }
+  }
+  res.virtual_s = now;
+  for (const auto& r : regions) {
+    for (const auto& [key, n] : r->gauges->outcomes())
+      if (std::get<2>(key) == "retried") res.retried += n;
+    for (const auto& e : r->gauges->engines()) res.engine_steps += e.steps;
+  }
+  regions.clear();
+  res.requests = std::move(book.records);
+  res.real_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
+  return res;
+}
+
+}  // namespace kiln::sim

@@ -1,0 +1,47 @@
+#pragma once
+// What a simulator run shows: per-interval series per pool and per team (CSV), headline
+// figures, SVG charts, and summary.md. Everything here is a function of the run's records,
+// so the same scenario and seed give byte-identical files (real time is printed, not written).
+#include <string>
+#include <vector>
+
+#include "sim/fleet.hpp"
+
+namespace kiln::sim {
+
+/// Nearest-rank percentile (q in [0, 1]) of unsorted values; 0 when empty.
+double percentile(std::vector<double> v, double q);
+
+/// One run's headline.
+struct run_summary {
+  std::string label;
+  std::string policy;
+  std::size_t requests = 0, completed = 0, rejected_429 = 0, shed_503 = 0, other_errors = 0, unfinished = 0;
+  std::size_t mid_stream_errors = 0;
+  std::uint64_t retried = 0;
+  double ttft_p50_ms = 0, ttft_p95_ms = 0, ttft_p99_ms = 0;
+  double tpot_p50_ms = 0, tpot_p95_ms = 0;
+  double output_tokens_per_s = 0;       ///< over the run's arrivals window
+  double output_tokens_per_s_per_replica = 0;
+  double hit_rate = 0, oracle_hit_rate = 0;
+  double imbalance = 0;                 ///< mean over ticks with load
+  double virtual_s = 0;
+  double slowest_stream_tokens_per_s_p5 = 0;  ///< 5th percentile of streams' tokens/s
+};
+
+run_summary summarize(const run_result& r, const scenario& s);
+
+/// Writes <dir>/<label>/pool_*.csv, teams.csv, events.txt and the charts; "" or the error.
+std::string write_run(const run_result& r, const scenario& s, const std::string& dir);
+/// Writes <dir>/summary.md over every run (capacity: the steps and the highest passing rate).
+std::string write_summary(const std::vector<run_summary>& runs, const scenario& s, const std::string& dir,
+                          const std::string& capacity_note);
+
+/// A line chart as SVG: one polyline per series.
+struct chart_series {
+  std::string name;
+  std::vector<double> x, y;
+};
+std::string svg_chart(const std::string& title, const std::string& y_label, const std::vector<chart_series>& series);
+
+}  // namespace kiln::sim

@@ -1,0 +1,80 @@
+#pragma once
+// A simulator scenario: one TOML file. [sim] names the run (seed, duration, report interval,
+// regions, the routing policies and traces to compare), [arrivals] the traffic, [[events]]
+// the chaos at given times, [capacity] a step-by-step rate search; every other key is a
+// kiln config (pools, models, teams and their limits) that each region runs.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "config/config.hpp"
+#include "sim/arrivals.hpp"
+
+namespace kiln::sim {
+
+/// Chaos at a virtual time: `count` targets of a model's pool, in each named region.
+struct sim_event {
+  double at_s = 0;
+  std::string action = "kill";   ///< kill | freeze | slow | fail
+  std::string target = "replica";  ///< replica | engine | router
+  int count = 1;
+  std::string model;             ///< empty: the first pool's model
+  std::string region;            ///< empty: the first region
+  double seconds = 5;            ///< freeze, slow: for how long
+  double factor = 10;            ///< slow: step time multiplier
+};
+
+/// Raise the arrival rate step by step until a step misses the targets.
+struct capacity_search {
+  bool enabled = false;
+  double start_rate = 10;
+  double step_rate = 10;
+  int max_steps = 10;
+  double ttft_p95_limit_s = 1.0;
+  double min_stream_tokens_per_s = 30;
+};
+
+/// One run of a scenario: its arrivals and the routing policy of every pool.
+struct run_plan {
+  std::string label;
+  arrival_spec arrivals;
+  std::string policy;  ///< empty: as the pools are configured
+};
+
+struct scenario {
+  std::string name;
+  std::string description;
+  std::uint64_t seed = 1;
+  double duration_s = 60;
+  double drain_s = 120;               ///< after the last arrival, at most this long to finish
+  double report_interval_s = 10;
+  std::vector<std::string> regions{"local"};
+  std::vector<std::string> policies;  ///< one run per policy (A/B); empty: as configured
+  std::vector<std::string> traces;    ///< one run per trace; empty: [arrivals] as given
+  arrival_spec arrivals;
+  std::vector<sim_event> events;
+  capacity_search capacity;
+  config::kiln_config fleet;          ///< what each region runs
+
+  /// The runs it makes (capacity steps are made as the search goes, from the first).
+  std::vector<run_plan> runs() const;
+};
+
+/// Command-line overrides of a scenario.
+struct sim_overrides {
+  std::uint64_t seed = 0;      ///< 0: the scenario's
+  std::string trace;           ///< replaces the scenario's traces and arrivals process
+  double rate = 0;             ///< the arrival rate (or a trace's target rate)
+  std::string policy;          ///< one policy instead of the scenario's list
+};
+
+/// Parses a scenario; relative trace paths are taken from `dir` (the scenario's folder).
+std::variant<scenario, std::string> parse_scenario(std::string_view toml_text, std::string_view origin,
+                                                   const std::string& dir);
+std::variant<scenario, std::string> load_scenario(const std::string& path);
+/// Applies the flags; an error names what is wrong.
+std::string apply_overrides(scenario& s, const sim_overrides& o);
+
+}  // namespace kiln::sim
