@@ -176,7 +176,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   res.samples.resize(res.pools.size());
   book.tokens_out.assign(res.pools.size(), 0);
   book.records.resize(arrivals.size());
-  res.oracle = oracle_hit_rate(arrivals, fleet.pools.front().block_size, fleet.pools.front().shape.vocab);
 
   std::vector<std::unique_ptr<region_rt>> regions;
   for (const auto& name : s.regions) {
@@ -302,6 +301,11 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     for (const auto& e : r->gauges->engines()) res.engine_steps += e.steps;
   }
   regions.clear();
+  // The oracle over the same requests the engines served (a refused one was never there to hit).
+  std::vector<arrival> served;
+  for (std::size_t i = 0; i < arrivals.size(); ++i)
+    if (book.records[i].first_token >= 0) served.push_back(arrivals[i]);
+  res.oracle = oracle_hit_rate(served, fleet.pools.front().block_size, fleet.pools.front().shape.vocab);
   res.requests = std::move(book.records);
   res.real_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
   return res;

@@ -51,7 +51,7 @@ struct run_result {
   std::vector<double> gpus_per_pool;
   std::vector<request_record> requests;
   std::vector<std::vector<pool_sample>> samples;  ///< per pool
-  oracle_result oracle;
+  oracle_result oracle;  ///< over the requests that reached an engine
   double virtual_s = 0;
   double real_s = 0;
   std::uint64_t retried = 0;

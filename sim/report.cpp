@@ -20,13 +20,15 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
-namespace {
-
-std::string num(double v, int digits = 1) {
+std::string format_fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, std::isfinite(v) ? v : 0.0);
   return buf;
 }
+
+namespace {
+
+std::string num(double v, int digits = 1) { return format_fixed(v, digits); }
 
 const char* tier_name(engine::priority p) {
   switch (p) {
@@ -130,8 +132,12 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.tpot_p50_ms = percentile(tpot, 0.50);
   m.tpot_p95_ms = percentile(tpot, 0.95);
   m.slowest_stream_tokens_per_s_p5 = percentile(stream_rate, 0.05);
-  const double window = std::max(1e-9, r.virtual_s);
-  m.output_tokens_per_s = static_cast<double>(out) / window;
+  (void)out;
+  double delivered = 0;
+  for (const auto& series : r.samples)
+    for (const auto& sm : series)
+      if (sm.t <= s.duration_s + 1e-9) delivered += static_cast<double>(sm.tokens_out);
+  m.output_tokens_per_s = delivered / s.duration_s;
   double replicas = 0;
   for (const auto& p : s.fleet.pools) replicas += p.replicas;
   replicas *= static_cast<double>(s.regions.size());
@@ -147,6 +153,21 @@ run_summary summarize(const run_result& r, const scenario& s) {
         ++n;
       }
   m.imbalance = n > 0 ? sum / n : 0;
+  std::map<std::string, std::pair<team_summary, std::vector<double>>> teams;
+  for (const auto& q : r.requests) {
+    auto& [t, ttfts] = teams[q.team];
+    t.team = q.team;
+    ++t.requests;
+    if (q.outcome == "completed") ++t.completed;
+    else if (is_429(q)) ++t.rejected_429;
+    else if (is_503(q)) ++t.shed_503;
+    else ++t.errors;
+    if (q.first_token >= 0) ttfts.push_back((q.first_token - q.arrival) * 1e3);
+  }
+  for (auto& [name, tv] : teams) {
+    tv.first.ttft_p95_ms = percentile(tv.second, 0.95);
+    m.teams.push_back(tv.first);
+  }
   return m;
 }
 

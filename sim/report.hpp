@@ -9,8 +9,18 @@
 
 namespace kiln::sim {
 
+/// A number with `digits` decimals ("%.*f"; non-finite as 0).
+std::string format_fixed(double v, int digits = 1);
+
 /// Nearest-rank percentile (q in [0, 1]) of unsorted values; 0 when empty.
 double percentile(std::vector<double> v, double q);
+
+/// A team's part of a run.
+struct team_summary {
+  std::string team;
+  std::size_t requests = 0, completed = 0, rejected_429 = 0, shed_503 = 0, errors = 0;
+  double ttft_p95_ms = 0;
+};
 
 /// One run's headline.
 struct run_summary {
@@ -21,12 +31,13 @@ struct run_summary {
   std::uint64_t retried = 0;
   double ttft_p50_ms = 0, ttft_p95_ms = 0, ttft_p99_ms = 0;
   double tpot_p50_ms = 0, tpot_p95_ms = 0;
-  double output_tokens_per_s = 0;       ///< over the run's arrivals window
+  double output_tokens_per_s = 0;       ///< delivered within the arrivals window, over its length
   double output_tokens_per_s_per_replica = 0;
   double hit_rate = 0, oracle_hit_rate = 0;
   double imbalance = 0;                 ///< mean over ticks with load
   double virtual_s = 0;
   double slowest_stream_tokens_per_s_p5 = 0;  ///< 5th percentile of streams' tokens/s
+  std::vector<team_summary> teams;
 };
 
 run_summary summarize(const run_result& r, const scenario& s);

@@ -228,12 +228,8 @@ std::vector<run_plan> scenario::runs() const {
     std::string base = source_names[i];
     if (const auto slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
     if (const auto dot = base.find_last_of('.'); dot != std::string::npos) base.resize(dot);
-    for (const auto& p : pols) {
-      std::string label = base;
-      if (!p.empty()) label += (label.empty() ? "" : "-") + p;
-      if (label.empty()) label = name;
-      out.push_back({label, sources[i], p});
-    }
+    if (base.empty()) base = name;
+    for (const auto& p : pols) out.push_back({p.empty() ? base : base + "-" + p, sources[i], p});
   }
   return out;
 }

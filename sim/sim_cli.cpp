@@ -14,11 +14,7 @@ namespace kiln::sim {
 
 namespace {
 
-std::string num(double v, int digits = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string num(double v, int digits = 1) { return format_fixed(v, digits); }
 
 bool parse_number(const std::string& s, double& out) {
   char* end = nullptr;
@@ -134,7 +130,7 @@ int run_sim(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         << " s  x" << num(res.real_s > 0 ? res.virtual_s / res.real_s : 0, 0) << "  requests " << m.requests
         << "            \n";
     out << plan.label << ": " << m.requests << " requests, " << m.completed << " completed, " << m.rejected_429
-        << " 429, " << m.shed_503 << " 503, " << m.other_errors << " other errors, " << m.retried
+        << " 429, " << m.shed_503 << " 503, " << m.other_errors << " other errors (" << m.mid_stream_errors << " mid-stream), " << m.retried
         << " retried; TTFT p95 " << num(m.ttft_p95_ms) << " ms; hit rate " << num(100 * m.hit_rate) << "% of oracle "
         << num(100 * m.oracle_hit_rate) << "%; imbalance " << num(m.imbalance, 2) << "; " << num(m.output_tokens_per_s_per_replica)
         << " output tokens/s per replica; speed-up x" << num(res.real_s > 0 ? res.virtual_s / res.real_s : 0, 0)

@@ -11,11 +11,7 @@ namespace kiln::sim {
 
 namespace {
 
-std::string num(double v, int digits = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string num(double v, int digits = 1) { return format_fixed(v, digits); }
 
 std::string pct(double v) { return num(100 * v) + "%"; }
 
@@ -59,6 +55,11 @@ std::string write_summary(const std::vector<run_summary>& runs, const scenario& 
     const std::string d = safe(m.label);
     o << "\n### " << m.label << "\n\n";
     if (m.unfinished > 0) o << m.unfinished << " request(s) had not ended when the drain time ran out.\n\n";
+    o << "| team | requests | completed | 429 | 503 | other errors | TTFT p95 ms |\n|---|---:|---:|---:|---:|---:|---:|\n";
+    for (const auto& t : m.teams)
+      o << "| " << t.team << " | " << t.requests << " | " << t.completed << " | " << t.rejected_429 << " | "
+        << t.shed_503 << " | " << t.errors << " | " << num(t.ttft_p95_ms) << " |\n";
+    o << "\n";
     o << "Series: `" << d << "/pool_*.csv`, `" << d << "/teams.csv`";
     if (std::filesystem::exists(std::filesystem::path(dir) / d / "events.txt")) o << ", events in `" << d << "/events.txt`";
     o << ".\n\n";

@@ -1,0 +1,254 @@
+// Arrivals: the synthetic processes, the team and conversation rules, the trace readers and
+// the oracle hit rate.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <filesystem>
+#include <fstream>
+
+#include "sim/arrivals.hpp"
+#include "sim/traces.hpp"
+
+using namespace kiln::sim;
+
+namespace {
+
+std::vector<arrival> make(const arrival_spec& s, std::uint64_t seed = 1) {
+  auto r = make_arrivals(s, seed);
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(r));
+  return std::get<std::vector<arrival>>(r);
+}
+
+std::size_t between(const std::vector<arrival>& v, double lo, double hi) {
+  std::size_t n = 0;
+  for (const auto& a : v) n += a.t >= lo && a.t < hi;
+  return n;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / ("kiln_sim_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+const std::string kTraces = std::string(KILN_SOURCE_DIR) + "/../shared/data/traces/";
+
+}  // namespace
+
+TEST_CASE("arrivals: Poisson at a rate, the same for a seed, different for another") {
+  arrival_spec s;
+  s.rate = 50;
+  s.duration_s = 100;
+  const auto a = make(s), b = make(s), c = make(s, 2);
+  // 5,000 expected; five standard deviations is about 354.
+  CHECK(std::abs(static_cast<double>(a.size()) - 5000) < 354);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].t == b[i].t);
+  CHECK((a.size() != c.size() || a[0].t != c[0].t));
+  CHECK(std::is_sorted(a.begin(), a.end(), [](const auto& x, const auto& y) { return x.t < y.t; }));
+  CHECK(a.back().t < 100);
+  double prompt = 0;
+  for (const auto& x : a) {
+    prompt += x.prompt_tokens;
+    CHECK(x.prompt_tokens >= 1200 / 8);
+    CHECK(x.prompt_tokens <= 4 * 1200);
+    CHECK(x.output_tokens >= 1);
+  }
+  CHECK(prompt / static_cast<double>(a.size()) == doctest::Approx(1200).epsilon(0.1));
+}
+
+TEST_CASE("arrivals: a ramp of 5% a minute, a step doubling, a daily curve") {
+  arrival_spec s;
+  s.rate = 40;
+  s.duration_s = 1200;
+  s.process = arrival_process::ramp;
+  const auto ramp = make(s);
+  // After 20 minutes the rate is 1.05^20 = 2.65 times the start.
+  const double first = static_cast<double>(between(ramp, 0, 60)), last = static_cast<double>(between(ramp, 1140, 1200));
+  CHECK(last / first == doctest::Approx(std::pow(1.05, 19.5)).epsilon(0.15));
+
+  s.process = arrival_process::step;
+  s.step_at_s = 600;
+  const auto step = make(s);
+  CHECK(static_cast<double>(between(step, 600, 1200)) / static_cast<double>(between(step, 0, 600)) ==
+        doctest::Approx(2).epsilon(0.08));
+
+  s.process = arrival_process::daily;
+  s.daily_period_s = 1200;
+  s.daily_trough = 0.25;
+  const auto day = make(s);
+  // The trough at the start and end, the peak in the middle: 4 times the rate.
+  const double trough = static_cast<double>(between(day, 0, 60) + between(day, 1140, 1200));
+  const double peak = static_cast<double>(between(day, 570, 690));
+  CHECK(peak / trough == doctest::Approx(4).epsilon(0.2));
+}
+
+TEST_CASE("arrivals: teams by weight and multiplier, their system prompts, and conversations that grow") {
+  arrival_spec s;
+  s.rate = 20;
+  s.duration_s = 200;
+  s.conversation_turns = 4;
+  s.teams = {{"a", "", 3, kiln::engine::priority::interactive, 160, 1},
+             {"b", "m2", 1, kiln::engine::priority::batch, 0, 10}};
+  const auto v = make(s);
+  std::size_t na = 0, nb = 0;
+  for (const auto& x : v) {
+    if (x.team == "a") {
+      ++na;
+      CHECK(x.tier == kiln::engine::priority::interactive);
+      CHECK(x.model.empty());
+    } else {
+      ++nb;
+      CHECK(x.tier == kiln::engine::priority::batch);
+      CHECK(x.model == "m2");
+    }
+  }
+  // b's share is a quarter, times 10: 2.5 times a's 3/4 ... b sends 10/3 as much as a.
+  CHECK(static_cast<double>(nb) / static_cast<double>(na) == doctest::Approx(10.0 / 3).epsilon(0.1));
+  // Team a's prompts open with the same 160 tokens; a conversation's later turn begins with
+  // an earlier turn's prompt.
+  const arrival* first_a = nullptr;
+  std::map<std::string, std::vector<const arrival*>> turns;
+  for (const auto& x : v) {
+    if (x.team == "a" && x.prompt_tokens > 200) {
+      const auto t = prompt_of(x, 32000);
+      if (!first_a) first_a = &x;
+      const auto f = prompt_of(*first_a, 32000);
+      CHECK(std::equal(t.begin(), t.begin() + 160, f.begin()));
+    }
+    if (!x.conversation.empty()) turns[x.conversation].push_back(&x);
+  }
+  std::size_t multi = 0;
+  for (const auto& [id, ts] : turns) {
+    if (ts.size() < 2) continue;
+    ++multi;
+    const auto p0 = prompt_of(*ts[0], 32000), p1 = prompt_of(*ts[1], 32000);
+    const std::size_t shared = std::min<std::size_t>(p0.size() / kFineBlockTokens * kFineBlockTokens,
+                                                     (p1.size() - 1) / kFineBlockTokens * kFineBlockTokens);
+    CHECK(std::equal(p0.begin(), p0.begin() + static_cast<long>(shared), p1.begin()));
+  }
+  CHECK(multi > 50);
+  for (const auto& t : prompt_of(v.front(), 32000)) {
+    CHECK(t >= 2);
+    CHECK(t < 32000);
+  }
+  s.max_prompt_tokens = 100;
+  for (const auto& x : make(s)) CHECK(x.prompt_tokens <= 100);
+  s.duration_s = 0;
+  CHECK(std::holds_alternative<std::string>(make_arrivals(s, 1)));
+}
+
+TEST_CASE("arrivals: the oracle hit rate counts each request's longest prefix an earlier one began with") {
+  arrival a, b, c;
+  a.prompt_tokens = b.prompt_tokens = 48;
+  c.prompt_tokens = 32;
+  a.blocks = {1, 2, 3};
+  b.blocks = {1, 2, 4};  // shares two blocks with a
+  c.blocks = {1, 2};     // the whole prompt is a's opening: all but its last block
+  const auto r = oracle_hit_rate({a, b, c}, 16, 32000);
+  CHECK(r.prompt_tokens == 128);
+  CHECK(r.reusable_tokens == 32 + 16);
+  CHECK(oracle_hit_rate({a}, 16, 32000).reusable_tokens == 0);
+}
+
+TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines name their place") {
+  const std::string csv = temp_file("a.csv",
+                                    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-11-16 23:59:59.5000000,374,44\n"
+                                    "2023-11-17 00:00:00.5000000,396,109\r\n"
+                                    "2023-11-17 00:00:01.5000000,100,7\n");
+  auto read = read_trace(csv);
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(read));
+  const auto& rows = std::get<std::vector<arrival>>(read);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1].t - rows[0].t == doctest::Approx(1.0));  // across midnight
+  CHECK(rows[1].prompt_tokens == 396);
+  CHECK(rows[1].output_tokens == 109);
+  arrival_spec s;
+  s.process = arrival_process::trace;
+  s.trace = csv;
+  s.trace_rate = 4;  // recorded: 1 request/s between the first and the last
+  s.duration_s = 100;
+  const auto scaled = make(s);
+  REQUIRE(scaled.size() == 3);
+  CHECK(scaled[0].t == 0);
+  CHECK(scaled[2].t == doctest::Approx(0.5));
+  CHECK(!scaled[0].blocks.empty());
+  CHECK(scaled[0].team == "sim");
+
+  const std::string jl = temp_file("m.jsonl",
+                                   "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 5, \"hash_ids\": [7, 8, 9]}\n"
+                                   "{\"timestamp\": 500, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [7, 8]}\n");
+  auto m = read_trace(jl);
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(m));
+  const auto& mr = std::get<std::vector<arrival>>(m);
+  REQUIRE(mr.size() == 2);
+  CHECK(mr[1].t == doctest::Approx(0.5));
+  CHECK(mr[0].conversation == mr[1].conversation);  // the same first block: one conversation
+  CHECK(mr[0].block_tokens == kTraceBlockTokens);
+  const auto p0 = prompt_of(mr[0], 32000), p1 = prompt_of(mr[1], 32000);
+  CHECK(p0.size() == 1100);
+  CHECK(std::equal(p1.begin(), p1.end(), p0.begin()));  // equal hash ids, equal tokens
+  CHECK(oracle_hit_rate(mr, 16, 32000).reusable_tokens == 1024 - 16);
+
+  for (const auto& [name, text, line] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"b1.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,12\n", ":2:"},
+           {"b2.csv", "time,in,out\n", ":1:"},
+           {"b3.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,-3,1\n", ":2:"},
+           {"b4.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\n2023-11-16 18:15:45,1,1\n", ":3:"},
+           {"b5.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{oops\n", ":2:"},
+           {"b6.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [\"x\"]}\n", ":1:"}}) {
+    CAPTURE(name);
+    auto bad = read_trace(temp_file(name, text));
+    REQUIRE(std::holds_alternative<std::string>(bad));
+    CHECK(std::get<std::string>(bad).find(line) != std::string::npos);
+  }
+  CHECK(std::holds_alternative<std::string>(read_trace("/nonexistent/t.csv")));
+  CHECK(std::get<std::string>(read_trace(temp_file("x.txt", "1\n"))).find("unknown trace format") != std::string::npos);
+}
+
+TEST_CASE("traces: the shared public traces as their README describes them") {
+  if (!std::filesystem::exists(kTraces + "mooncake_synthetic_trace.jsonl")) {
+    MESSAGE("skipped: ../shared/data/traces is not here");
+    return;
+  }
+  auto az = read_trace(kTraces + "AzureLLMInferenceTrace_conv_2023.csv");
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(az));
+  CHECK(std::get<std::vector<arrival>>(az).size() == 19366);
+  auto mc = read_trace(kTraces + "mooncake_synthetic_trace.jsonl");
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(mc));
+  const auto& m = std::get<std::vector<arrival>>(mc);
+  CHECK(m.size() == 3993);
+  // "With an unlimited cache 65% of prompt blocks repeat an earlier block."
+  const double hit = oracle_hit_rate(m, 16, 32000).hit_rate();
+  CHECK(hit > 0.55);
+  CHECK(hit < 0.70);
+}
+
+TEST_CASE("capture: records round-trip; a torn last record is dropped; garbage is an error") {
+  capture_record a{1.5, "search", 0, "conv-1", block_hashes_of(std::vector<std::int32_t>(40, 7)), 40, 12};
+  capture_record b{2.25, "docs", 2, "", {}, 0, 1};
+  CHECK(a.block_hashes.size() == 3);  // 16 + 16 + 8
+  const std::string bytes = encode_capture(a) + encode_capture(b);
+  auto r = read_capture(temp_file("c.kcap", bytes));
+  REQUIRE(std::holds_alternative<std::vector<capture_record>>(r));
+  const auto& v = std::get<std::vector<capture_record>>(r);
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].team == "search");
+  CHECK(v[0].block_hashes == a.block_hashes);
+  CHECK(v[1].t == 2.25);
+  CHECK(v[1].tier == 2);
+  auto torn = read_capture(temp_file("t.kcap", bytes.substr(0, bytes.size() - 3)));
+  REQUIRE(std::holds_alternative<std::vector<capture_record>>(torn));
+  CHECK(std::get<std::vector<capture_record>>(torn).size() == 1);
+  CHECK(std::holds_alternative<std::string>(read_capture(temp_file("g.kcap", "\x93\x01\x02\x03 not a record"))));
+  // A capture replays with who sent it.
+  auto replay = read_trace(temp_file("r.kcap", bytes));
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(replay));
+  CHECK(std::get<std::vector<arrival>>(replay)[0].team == "search");
+  CHECK(std::get<std::vector<arrival>>(replay)[0].conversation == "conv-1");
+}

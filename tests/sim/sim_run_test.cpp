@@ -1,0 +1,259 @@
+// Scenarios and whole simulator runs on kiln's actors: determinism, the routing policies,
+// replica death, isolation, the reports and the command's errors.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sim/report.hpp"
+#include "sim/scenario.hpp"
+#include "sim/sim.hpp"
+
+using namespace kiln::sim;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFleet = R"(
+[[teams]]
+name = "search"
+api_key = "k-search"
+max_priority = "interactive"
+[[teams.limits]]
+model = "chat-7b"
+tokens_per_minute = 2000000
+
+[[teams]]
+name = "noisy"
+api_key = "k-noisy"
+[[teams.limits]]
+model = "chat-7b"
+tokens_per_minute = 6000
+
+[[pools]]
+model = "chat-7b"
+version = "v1"
+replicas = 4
+)";
+
+scenario parse(const std::string& text) {
+  auto r = parse_scenario(text + kFleet, "test.toml", ".");
+  if (auto* e = std::get_if<std::string>(&r)) FAIL(*e);
+  return std::get<scenario>(r);
+}
+
+const std::string kChat = R"(
+[sim]
+name = "t"
+duration_s = 40
+report_interval_s = 5
+[arrivals]
+rate = 8
+prompt_tokens = 400
+output_tokens = 60
+conversation_turns = 4
+[[arrivals.teams]]
+name = "search"
+tier = "interactive"
+)";
+
+run_result run(const scenario& s, const run_plan& p) {
+  auto r = run_once(s, p);
+  if (auto* e = std::get_if<std::string>(&r)) FAIL(*e);
+  return std::get<run_result>(r);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("kiln_sim_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("scenario: runs, overrides and errors") {
+  auto s = parse(R"(
+[sim]
+name = "ab"
+traces = ["a.csv", "/abs/b.jsonl"]
+policies = ["round_robin", "least_tokens"]
+regions = ["east", "west"]
+[[events]]
+at_s = 5
+count = 2
+region = "west"
+)");
+  const auto runs = s.runs();
+  REQUIRE(runs.size() == 4);
+  CHECK(runs[0].label == "a-round_robin");
+  CHECK(runs[0].arrivals.trace == "./a.csv");
+  CHECK(runs[3].label == "b-least_tokens");
+  CHECK(runs[3].arrivals.trace == "/abs/b.jsonl");
+  CHECK(s.events.size() == 1);
+  CHECK(s.fleet.pools.size() == 1);
+  sim_overrides o;
+  o.policy = "round_robin";
+  o.trace = "c.jsonl";
+  o.rate = 7;
+  o.seed = 9;
+  CHECK(apply_overrides(s, o).empty());
+  REQUIRE(s.runs().size() == 1);
+  CHECK(s.runs()[0].arrivals.trace == "c.jsonl");
+  CHECK(s.runs()[0].arrivals.trace_rate == 7);
+  CHECK(s.seed == 9);
+  o.policy = "random";
+  CHECK(!apply_overrides(s, o).empty());
+
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"[sim]\ndurtion_s = 3\n", "sim.durtion_s: unknown key"},
+           {"[sim]\nduration_s = -1\n", "sim.duration_s must be a number"},
+           {"[sim]\npolicies = [\"fastest\"]\n", "unknown policy"},
+           {"[sim]\nregions = []\n", "at least one region"},
+           {"[arrivals]\nprocess = \"burst\"\n", "arrivals.process must be"},
+           {"[arrivals]\nprocess = \"trace\"\n", "arrivals.trace is required"},
+           {"[[arrivals.teams]]\nname = \"a\"\ntier = \"gold\"\n", "tier must be"},
+           {"[[events]]\naction = \"nuke\"\n", "events[0].action must be"},
+           {"[[events]]\nregion = \"mars\"\n", "unknown region"},
+           {"[[events]]\nmodel = \"gpt\"\n", "unknown model"},
+           {"[sim\n", "test.toml:1"}}) {
+    CAPTURE(text);
+    auto r = parse_scenario(text + kFleet, "test.toml", ".");
+    REQUIRE(std::holds_alternative<std::string>(r));
+    CHECK(std::get<std::string>(r).find(want) != std::string::npos);
+    CHECK(std::get<std::string>(r).rfind("test.toml", 0) == 0);
+  }
+  // The fleet is a kiln config, checked as one.
+  auto bad = parse_scenario("[[pools]]\nmodel = \"m\"\nversion = \"v\"\nreplicas = 0\n", "f.toml", ".");
+  REQUIRE(std::holds_alternative<std::string>(bad));
+  CHECK(std::get<std::string>(bad).find("pools[0].replicas") != std::string::npos);
+}
+
+TEST_CASE("sim: every request ends once; the same seed gives byte-identical reports, another seed others") {
+  const scenario s = parse(kChat);
+  const auto plan = s.runs().at(0);
+  const run_result a = run(s, plan), b = run(s, plan);
+  REQUIRE(a.requests.size() > 200);
+  for (const auto& q : a.requests) {
+    CHECK(q.outcome == "completed");
+    CHECK(q.output == q.asked_output);  // every token once, none lost
+    CHECK(q.first_token >= q.arrival);
+    CHECK(q.end >= q.first_token);
+  }
+  const auto da = temp_dir("det_a"), db = temp_dir("det_b"), dc = temp_dir("det_c");
+  REQUIRE(write_run(a, s, da.string()).empty());
+  REQUIRE(write_run(b, s, db.string()).empty());
+  REQUIRE(write_summary({summarize(a, s)}, s, da.string(), "").empty());
+  REQUIRE(write_summary({summarize(b, s)}, s, db.string(), "").empty());
+  std::size_t files = 0;
+  for (const auto& f : fs::recursive_directory_iterator(da)) {
+    if (!f.is_regular_file()) continue;
+    ++files;
+    CAPTURE(f.path());
+    CHECK(slurp(f.path()) == slurp(db / fs::relative(f.path(), da)));
+  }
+  CHECK(files >= 9);  // pool CSV, teams.csv, six charts, summary.md
+  scenario other = s;
+  other.seed = 2;
+  const run_result c = run(other, other.runs().at(0));
+  REQUIRE(write_run(c, other, dc.string()).empty());
+  CHECK(slurp(dc / "t" / "pool_local_chat-7b_v1.csv") != slurp(da / "t" / "pool_local_chat-7b_v1.csv"));
+  const std::string svg = slurp(da / "t" / "ttft_p95.svg");
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(svg.find("<polyline") != std::string::npos);
+  const std::string csv = slurp(da / "t" / "pool_local_chat-7b_v1.csv");
+  CHECK(csv.rfind("time_s,replicas_serving,", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') >= 9);  // a header and a row per 5 s
+}
+
+TEST_CASE("sim: prefix affinity finds more of the oracle's hits than round robin, on the same arrivals") {
+  scenario s = parse(kChat);
+  s.policies = {"round_robin", "prefix_affinity_bounded", "least_tokens"};
+  const auto runs = s.runs();
+  REQUIRE(runs.size() == 3);
+  const run_summary rr = summarize(run(s, runs[0]), s), pa = summarize(run(s, runs[1]), s),
+                    lt = summarize(run(s, runs[2]), s);
+  CHECK(rr.oracle_hit_rate == doctest::Approx(pa.oracle_hit_rate).epsilon(0.02));
+  CHECK(pa.oracle_hit_rate > 0.3);
+  CHECK(pa.hit_rate > rr.hit_rate + 0.1);
+  CHECK(pa.hit_rate > lt.hit_rate);
+  CHECK(pa.hit_rate <= pa.oracle_hit_rate + 1e-9);
+  CHECK(rr.policy == "round_robin");
+  CHECK(rr.completed == rr.requests);
+}
+
+TEST_CASE("sim: replicas killed mid-run: retried before the first token, one error after it, none lost") {
+  scenario s = parse(kChat + R"(
+[[events]]
+at_s = 20
+action = "kill"
+count = 2
+)");
+  const run_result r = run(s, s.runs().at(0));
+  CHECK(r.event_log.size() == 2);
+  std::size_t completed = 0, mid = 0;
+  for (const auto& q : r.requests) {
+    CHECK(!q.outcome.empty());  // every request ended
+    if (q.outcome == "completed") {
+      ++completed;
+      CHECK(q.output == q.asked_output);
+    } else {
+      CHECK(q.outcome == "replica_lost");
+      CHECK(q.mid_stream);
+      ++mid;
+    }
+  }
+  CHECK(mid > 0);
+  CHECK(completed + mid == r.requests.size());
+  // The pool restarted them: four serving at the end.
+  CHECK(r.samples[0].back().phases.at("serving") == 4);
+}
+
+TEST_CASE("sim: a team at ten times its limit gets 429s; the other team none") {
+  scenario s = parse(kChat + R"(
+[[arrivals.teams]]
+name = "noisy"
+)");
+  const run_summary m = summarize(run(s, s.runs().at(0)), s);
+  REQUIRE(m.teams.size() == 2);
+  const auto& noisy = m.teams[0].team == "noisy" ? m.teams[0] : m.teams[1];
+  const auto& search = m.teams[0].team == "noisy" ? m.teams[1] : m.teams[0];
+  CHECK(noisy.rejected_429 > noisy.requests / 2);
+  CHECK(search.rejected_429 == 0);
+  CHECK(search.completed == search.requests);
+}
+
+TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are clear errors") {
+  const auto dir = temp_dir("cli");
+  fs::create_directories(dir);
+  const auto file = dir / "s.toml";
+  std::ofstream(file) << kChat << kFleet;
+  std::ostringstream out, err;
+  REQUIRE(run_sim({file.string(), "--out", (dir / "out").string(), "--rate", "4", "--policy", "least_tokens"}, out, err) == 0);
+  CHECK(fs::exists(dir / "out" / "summary.md"));
+  CHECK(slurp(dir / "out" / "summary.md").find("| t-least_tokens | least_tokens |") != std::string::npos);
+  CHECK(fs::exists(dir / "out" / "t-least_tokens" / "load.svg"));
+  CHECK(out.str().find("speed-up") != std::string::npos);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {}, {file.string(), "--rate"}, {file.string(), "--rate", "-1"}, {file.string(), "--seed", "x"},
+           {file.string(), "--bogus", "1"}, {file.string(), "--policy", "fastest"}}) {
+    std::ostringstream o, e;
+    CHECK(run_sim(args, o, e) == 2);
+    CHECK(!e.str().empty());
+  }
+  std::ostringstream o, e;
+  CHECK(run_sim({(dir / "none.toml").string()}, o, e) == 1);
+  CHECK(run_sim({file.string(), "--out", (dir / "o2").string(), "--trace", (dir / "none.csv").string()}, o, e) == 1);
+  CHECK(e.str().find("none.csv") != std::string::npos);
+}
