@@ -118,6 +118,7 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
                 const auto now = self->clock().now();
                 st.ledger.release(request_released{id, {}, true, false, "", "", ""}, now);
                 st.gate_of.erase(id);
+                st.captured.erase(id);
                 pool_gate::moves more;
                 st.gate(key).end(id, now, more);
                 self->send(sink, stream_error{id, errc::unavailable, "The router of " + model + " was lost; retry.", "", 1});
@@ -132,6 +133,7 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
       st.gauges->count_shed(r.team, r.model,
                             f.why == admission_verdict::over_share ? "over_share" : std::string(engine::to_string(r.priority)));
     st.gate_of.erase(r.id);
+    st.captured.erase(r.id);
     switch (f.why) {
       case admission_verdict::over_share:
         self->send(r.sink, stream_error{r.id, errc::over_limit,
@@ -180,8 +182,11 @@ void arm_sweep(stateful* self) {
 }  // namespace
 
 caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
-                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges) {
+                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges,
+                        std::shared_ptr<config::capture_log> capture) {
   self->state.cfg = std::move(cfg);
+  self->state.capture = std::move(capture);
+  self->state.started = self->clock().now();
   self->state.gauges = std::move(gauges);
   self->state.ledger = team_ledger(std::move(tenants));
   for (const auto& p : self->state.cfg->pools) {  // every configured pool is known, loading until it says otherwise
@@ -211,6 +216,11 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         const std::int64_t charge = request_tokens(r);
         const double share = st.ledger.share(r.team, r.model);
         st.gate_of[r.id] = key;
+        if (st.capture) {
+          const double t = std::chrono::duration<double>(now - st.started).count();
+          st.captured[r.id] = {t, r.team, static_cast<std::uint8_t>(r.priority), r.conversation_id,
+                               config::block_hashes_of(r.prompt), static_cast<std::int32_t>(r.prompt.size()), 0};
+        }
         const std::string team = r.team, model = r.model;
         pool_gate::moves m;
         st.gate(key).arrive(std::move(r), charge, share, now, m);
@@ -222,6 +232,14 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         auto& st = self->state;
         const auto now = self->clock().now();
         st.ledger.release(r, now);
+        if (auto c = st.captured.find(r.id); c != st.captured.end()) {
+          // A served request goes to the capture with what it produced.
+          if (r.completed && r.usage_known) {
+            c->second.output_tokens = r.usage.completion_tokens;
+            st.capture->add(std::move(c->second));
+          }
+          st.captured.erase(c);
+        }
         auto it = st.gate_of.find(r.id);
         if (it == st.gate_of.end()) return;
         const std::string key = it->second;

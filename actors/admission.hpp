@@ -17,6 +17,7 @@
 #include "actors/pool_gate.hpp"
 #include "actors/pool_supervisor.hpp"
 #include "actors/team_ledger.hpp"
+#include "config/capture.hpp"
 #include "config/config.hpp"
 
 namespace kiln::actors {
@@ -34,6 +35,9 @@ struct admission_state {
   std::map<std::string, pool_gate, std::less<>> gates;     ///< load and queues per model@version
   std::unordered_map<request_id, std::string, request_id_hash> gate_of;  ///< admitted: its pool
   bool sweep_armed = false;
+  std::shared_ptr<config::capture_log> capture;  ///< null: no capture
+  caf::actor_clock::time_point started;          ///< capture times count from here
+  std::unordered_map<request_id, config::capture_record, request_id_hash> captured;  ///< until they end
 
   /// The gate of a pool, made on first use from its config.
   pool_gate& gate(const std::string& key);
@@ -48,7 +52,8 @@ struct admission_state {
 };
 
 caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_ptr<const config::kiln_config> cfg,
-                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges);
+                        std::shared_ptr<const config::tenancy> tenants, std::shared_ptr<fleet_gauges> gauges,
+                        std::shared_ptr<config::capture_log> capture);
 
 }  // namespace kiln::actors
 

@@ -102,7 +102,8 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
   std::vector<child_spec> specs;
   specs.push_back({"admission",
                    [cfg, self](caf::local_actor* parent) {
-                     auto a = parent->system().spawn(admission, cfg, self->state.d.tenants, self->state.d.gauges);
+                     auto a = parent->system().spawn(admission, cfg, self->state.d.tenants, self->state.d.gauges,
+                                                     self->state.d.capture);
                      parent->system().registry().put(admission_name, caf::actor_cast<caf::strong_actor_ptr>(a));
                      return a;
                    },

@@ -16,6 +16,7 @@
 #include "actors/meter.hpp"
 #include "actors/pool_supervisor.hpp"
 #include "actors/supervisor.hpp"
+#include "config/capture.hpp"
 #include "config/config.hpp"
 #include "config/store.hpp"
 
@@ -59,6 +60,7 @@ struct node_deps {
   std::shared_ptr<config::store> store;           ///< null: no store writer (actor tests)
   std::shared_ptr<config::tenancy_board> board;   ///< where the store writer publishes
   meter_deps meter;                               ///< wal_prefix empty: no meter
+  std::shared_ptr<config::capture_log> capture;   ///< null: no capture of served requests
 };
 
 struct node_state {

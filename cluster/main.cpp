@@ -16,9 +16,10 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage:\n"
-    "  kiln serve [--config FILE] [--port N] [--store FILE]\n"
+    "  kiln serve [--config FILE] [--port N] [--store FILE] [--capture FILE]\n"
     "                                          run one node: one region, every role (the store\n"
-    "                                          file holds teams, keys, limits and usage)\n"
+    "                                          file holds teams, keys, limits and usage; the\n"
+    "                                          capture file gets every served request, for replay)\n"
     "  kiln config show [--config FILE]       print the configuration (the embedded default\n"
     "                                          when no file is given)\n"
     "  kiln make-tiny-model DIR [--size S]    write a small Llama model with random weights and a\n"
@@ -45,12 +46,13 @@ struct args {
   std::string config_file;
   int port = -1;
   std::string store;
+  std::string capture;
 };
 
 bool parse_flags(const std::vector<std::string>& v, std::size_t from, args& a, std::string& err) {
   for (std::size_t i = from; i < v.size(); ++i) {
     const std::string& f = v[i];
-    if ((f == "--config" || f == "--port" || f == "--store") && i + 1 >= v.size()) {
+    if ((f == "--config" || f == "--port" || f == "--store" || f == "--capture") && i + 1 >= v.size()) {
       err = f + " needs a value";
       return false;
     }
@@ -58,6 +60,8 @@ bool parse_flags(const std::vector<std::string>& v, std::size_t from, args& a, s
       a.config_file = v[++i];
     } else if (f == "--store") {
       a.store = v[++i];
+    } else if (f == "--capture") {
+      a.capture = v[++i];
     } else if (f == "--port") {
       const std::string& p = v[++i];
       char* end = nullptr;
@@ -97,7 +101,7 @@ int main(int argc, char** argv) {
       std::cerr << "kiln: " << e->message << "\n";
       return 1;
     }
-    return kiln::cluster::serve(std::get<kiln::config::kiln_config>(cfg), {a.port, a.store}, std::cout);
+    return kiln::cluster::serve(std::get<kiln::config::kiln_config>(cfg), {a.port, a.store, a.capture}, std::cout);
   }
   if (v[0] == "chaos") {
     const int rc = kiln::cluster::run_chaos({v.begin() + 1, v.end()}, std::cout, std::cerr);

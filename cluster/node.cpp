@@ -50,7 +50,7 @@ std::variant<config::tenancy, std::string> open_store(const std::string& path, c
 }
 
 void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port, const std::string& admin_key,
-                  const config::tenancy& tenants, const std::string& store_path) {
+                  const config::tenancy& tenants, const std::string& store_path, const std::string& capture_path) {
   const std::string url = "http://" + cfg.server.host + ":" + std::to_string(port);
   out << "kiln serving on " << url << " (region " << cfg.region << ")\n";
   for (const auto& p : cfg.pools)
@@ -72,6 +72,7 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
   }
   out << "  admin key " << admin_key << "\n";
   out << "  store " << store_path << "\n";
+  if (!capture_path.empty()) out << "  capturing served requests to " << capture_path << " (replay: kiln sim --trace)\n";
   if (example_key.empty()) example_key = "KEY";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
       << example_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
@@ -152,6 +153,14 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
   md.gauges = gauges;
   actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md};
+  if (!opts.capture_path.empty()) {
+    auto log = config::capture_log::open(opts.capture_path);
+    if (auto* e = std::get_if<std::string>(&log)) {
+      std::cerr << "kiln: " << *e << "\n";
+      return 1;
+    }
+    nd.capture = std::get<std::shared_ptr<config::capture_log>>(log);
+  }
   const caf::actor node = actors::spawn_node(sys, nd);
 
   net::server_deps deps;
@@ -189,7 +198,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   for (int i = 0; i < cfg->server.io_threads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
   if (wait_until_ready(sys, node, *cfg, stopping)) {
     server.set_ready();
-    print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path);
+    print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,
+                 opts.capture_path);
   }
   for (auto& t : io_threads) t.join();
 

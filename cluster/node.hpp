@@ -10,6 +10,7 @@ namespace kiln::cluster {
 struct serve_options {
   int port_override = -1;      ///< >= 0 replaces server.port (0: any free port)
   std::string store_override;  ///< non-empty: the store file instead of store_path
+  std::string capture_path;    ///< non-empty: served requests are appended here for replay
 };
 
 /// Runs until SIGINT/SIGTERM, then drains and returns the process exit code.

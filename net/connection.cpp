@@ -111,7 +111,9 @@ class connection_impl final : public connection, public std::enable_shared_from_
     asio::post(stream_.get_executor(), [self = shared_from_this()] {
       self->closing_ = true;
       self->keep_alive_ = false;
-      if (self->phase_ != phase::handling) return self->close();
+      // Between a request's end and the next read (a keep-alive connection) there is no
+      // exchange to interrupt: close it like an idle one.
+      if (self->phase_ != phase::handling || !self->current_) return self->close();
       // The handler answers (an error event); whatever the client does not take within a
       // second is dropped with the connection.
       self->close_timer_.expires_after(kShutdownWrite);

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/capture.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::sim {
@@ -76,21 +77,5 @@ struct oracle_result {
   double hit_rate() const { return prompt_tokens > 0 ? static_cast<double>(reusable_tokens) / prompt_tokens : 0; }
 };
 oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab);
-
-/// kiln's capture format (what `kiln serve --capture` writes, msgpack, one record each).
-struct capture_record {
-  double t = 0;
-  std::string team;
-  std::uint8_t tier = 1;
-  std::string conversation;
-  std::vector<std::uint64_t> block_hashes;  ///< of the prompt, per kFineBlockTokens
-  std::int32_t prompt_tokens = 0;
-  std::int32_t output_tokens = 0;
-};
-/// Reads a capture file; a torn last record (a crash mid-write) is dropped.
-std::variant<std::vector<capture_record>, std::string> read_capture(const std::string& path);
-std::string encode_capture(const capture_record& r);
-/// Hashes of a prompt's token blocks, as a capture stores them.
-std::vector<std::uint64_t> block_hashes_of(const std::vector<std::int32_t>& prompt);
 
 }  // namespace kiln::sim

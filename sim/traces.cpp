@@ -5,7 +5,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
@@ -109,10 +108,10 @@ std::variant<std::vector<arrival>, std::string> read_mooncake(std::istream& in, 
 }
 
 std::variant<std::vector<arrival>, std::string> from_capture(const std::string& path) {
-  auto read = read_capture(path);
+  auto read = config::read_capture(path);
   if (auto* e = std::get_if<std::string>(&read)) return *e;
   std::vector<arrival> out;
-  for (auto& r : std::get<std::vector<capture_record>>(read)) {
+  for (auto& r : std::get<std::vector<config::capture_record>>(read)) {
     arrival a;
     a.t = r.t;
     a.team = r.team;
@@ -127,17 +126,6 @@ std::variant<std::vector<arrival>, std::string> from_capture(const std::string& 
   return out;
 }
 
-struct wire_capture {
-  double t = 0;
-  std::string team;
-  std::uint8_t tier = 1;
-  std::string conversation;
-  std::vector<std::uint64_t> blocks;
-  std::int32_t prompt_tokens = 0;
-  std::int32_t output_tokens = 0;
-  MSGPACK_DEFINE_MAP(t, team, tier, conversation, blocks, prompt_tokens, output_tokens);
-};
-
 }  // namespace
 
 std::variant<std::vector<arrival>, std::string> read_trace(const std::string& path) {
@@ -147,43 +135,6 @@ std::variant<std::vector<arrival>, std::string> read_trace(const std::string& pa
   if (ends_with(path, ".csv")) return read_azure(in, path);
   if (ends_with(path, ".jsonl")) return read_mooncake(in, path);
   return path + ": unknown trace format (.csv Azure, .jsonl Mooncake, .kcap kiln capture)";
-}
-
-std::string encode_capture(const capture_record& r) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, wire_capture{r.t, r.team, r.tier, r.conversation, r.block_hashes, r.prompt_tokens, r.output_tokens});
-  return std::string(buf.data(), buf.size());
-}
-
-std::variant<std::vector<capture_record>, std::string> read_capture(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot read capture " + path;
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<capture_record> out;
-  std::size_t off = 0;
-  while (off < bytes.size()) {
-    try {
-      const msgpack::object_handle h = msgpack::unpack(bytes.data(), bytes.size(), off);
-      const wire_capture w = h.get().as<wire_capture>();
-      if (!std::isfinite(w.t) || w.t < 0 || w.prompt_tokens < 0 || w.output_tokens < 0)
-        return path + ": record " + std::to_string(out.size() + 1) + " is out of range";
-      out.push_back({w.t, w.team, w.tier, w.conversation, w.blocks, w.prompt_tokens, w.output_tokens});
-    } catch (const msgpack::insufficient_bytes&) {
-      break;  // a torn last record: the writer died mid-record
-    } catch (const std::exception& e) {
-      return path + ": record " + std::to_string(out.size() + 1) + " is not a capture record (" + e.what() + ")";
-    }
-  }
-  return out;
-}
-
-std::vector<std::uint64_t> block_hashes_of(const std::vector<std::int32_t>& prompt) {
-  std::vector<std::uint64_t> out;
-  for (std::size_t off = 0; off < prompt.size(); off += kFineBlockTokens) {
-    const std::size_t n = std::min<std::size_t>(kFineBlockTokens, prompt.size() - off);
-    out.push_back(XXH3_64bits(prompt.data() + off, n * sizeof(std::int32_t)));
-  }
-  return out;
 }
 
 }  // namespace kiln::sim

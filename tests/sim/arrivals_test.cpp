@@ -14,6 +14,10 @@
 #include "sim/traces.hpp"
 
 using namespace kiln::sim;
+using kiln::config::block_hashes_of;
+using kiln::config::capture_record;
+using kiln::config::encode_capture;
+using kiln::config::read_capture;
 
 namespace {
 

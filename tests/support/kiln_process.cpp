@@ -91,8 +91,12 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
     }
     ::close(out[0]);
     const std::string port = std::to_string(opts.port);
-    ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), "--store",
-            store_path_.c_str(), nullptr);
+    if (!opts.capture.empty())
+      ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), "--store",
+              store_path_.c_str(), "--capture", opts.capture.c_str(), nullptr);
+    else
+      ::execl(KILN_BINARY, KILN_BINARY, "serve", "--config", config_path_.c_str(), "--port", port.c_str(), "--store",
+              store_path_.c_str(), nullptr);
     std::_Exit(127);
   }
   ::close(out[1]);
@@ -142,6 +146,7 @@ int kiln_process::wait_exit(int timeout_ms) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      if (WIFSIGNALED(status)) std::fprintf(stderr, "kiln_process: kiln died of signal %d\n", WTERMSIG(status));
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -10,6 +10,7 @@ struct process_options {
   long max_files = 0;       ///< > 0: RLIMIT_NOFILE (soft and hard) of the process
   int port = 0;             ///< > 0: serve on this port and return at once, before the banner
   std::string store;        ///< a store file to use (kept); "": one of its own, removed with it
+  std::string capture;      ///< non-empty: --capture this file
 };
 
 /// Removes a store file and what lives beside it (its WAL, shared memory, usage log).
