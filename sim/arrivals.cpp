@@ -219,7 +219,8 @@ oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_si
   for (const auto& a : arrivals) {
     const auto tokens = prompt_of(a, vocab);
     r.prompt_tokens += static_cast<std::int64_t>(tokens.size());
-    std::uint64_t chain = 0;
+    // The engines keep each team's prefix cache apart (no cross-tenant hits): so does the oracle.
+    std::uint64_t chain = hash_of(a.team);
     bool hit = true;
     // Full blocks only, and never the whole prompt (its last token is always computed).
     for (std::size_t off = 0; off + bs <= tokens.size(); off += bs) {

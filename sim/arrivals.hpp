@@ -70,7 +70,8 @@ struct arrival_spec {
 std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed);
 
 /// Prompt tokens an unlimited cache could serve: for each request in order, its longest
-/// prefix (in `block_size`-token blocks) that an earlier request also began with.
+/// prefix (in `block_size`-token blocks) that an earlier request of its team also began with
+/// (kiln never shares cached blocks across teams).
 struct oracle_result {
   std::int64_t prompt_tokens = 0;
   std::int64_t reusable_tokens = 0;
