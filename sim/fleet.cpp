@@ -295,6 +295,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     }
   }
   res.virtual_s = now;
+  res.arrivals_end = end_of_arrivals;
   for (const auto& r : regions) {
     for (const auto& [key, n] : r->gauges->outcomes())
       if (std::get<2>(key) == "retried") res.retried += n;

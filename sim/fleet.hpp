@@ -53,6 +53,7 @@ struct run_result {
   std::vector<std::vector<pool_sample>> samples;  ///< per pool
   oracle_result oracle;  ///< over the requests that reached an engine
   double virtual_s = 0;
+  double arrivals_end = 0;  ///< the last arrival's time
   double real_s = 0;
   std::uint64_t retried = 0;
   std::uint64_t engine_steps = 0;

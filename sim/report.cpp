@@ -133,11 +133,15 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.tpot_p95_ms = percentile(tpot, 0.95);
   m.slowest_stream_tokens_per_s_p5 = percentile(stream_rate, 0.05);
   (void)out;
+  // Over the report ticks that cover the arrivals (a trace may end before the duration).
+  const double window =
+      std::max(s.report_interval_s, std::ceil(std::min(s.duration_s, r.arrivals_end) / s.report_interval_s - 1e-9) *
+                                        s.report_interval_s);
   double delivered = 0;
   for (const auto& series : r.samples)
     for (const auto& sm : series)
-      if (sm.t <= s.duration_s + 1e-9) delivered += static_cast<double>(sm.tokens_out);
-  m.output_tokens_per_s = delivered / s.duration_s;
+      if (sm.t <= window + 1e-9) delivered += static_cast<double>(sm.tokens_out);
+  m.output_tokens_per_s = delivered / window;
   double replicas = 0;
   for (const auto& p : s.fleet.pools) replicas += p.replicas;
   replicas *= static_cast<double>(s.regions.size());

@@ -31,7 +31,7 @@ struct run_summary {
   std::uint64_t retried = 0;
   double ttft_p50_ms = 0, ttft_p95_ms = 0, ttft_p99_ms = 0;
   double tpot_p50_ms = 0, tpot_p95_ms = 0;
-  double output_tokens_per_s = 0;       ///< delivered within the arrivals window, over its length
+  double output_tokens_per_s = 0;       ///< delivered while requests arrived, over that time
   double output_tokens_per_s_per_replica = 0;
   double hit_rate = 0, oracle_hit_rate = 0;
   double imbalance = 0;                 ///< mean over ticks with load

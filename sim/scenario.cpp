@@ -1,5 +1,6 @@
 #include "sim/scenario.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -172,6 +173,7 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     for (const auto& p : s.policies)
       if (!known_policy(p)) r.fail("policies", "names an unknown policy \"" + p + "\"");
     r.texts("traces", s.traces);
+    r.text("compare_without", s.compare_without);
     for (auto& t : s.traces) t = resolve(dir, t);
   }
   if (const auto* t = root.get_as<toml::table>("arrivals")) read_arrivals(*t, s.arrivals, dir);
@@ -202,6 +204,10 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     if (!e.model.empty() && s.fleet.live_version(e.model).empty())
       throw bad_scenario{"events: unknown model \"" + e.model + "\""};
   }
+  if (!s.compare_without.empty() &&
+      std::none_of(s.arrivals.teams.begin(), s.arrivals.teams.end(),
+                   [&](const team_rule& t) { return t.name == s.compare_without; }))
+    throw bad_scenario{"sim.compare_without names \"" + s.compare_without + "\", which is not in [[arrivals.teams]]"};
   if (s.name.empty()) s.name = "scenario";
   return s;
 }
@@ -229,7 +235,16 @@ std::vector<run_plan> scenario::runs() const {
     if (const auto slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
     if (const auto dot = base.find_last_of('.'); dot != std::string::npos) base.resize(dot);
     if (base.empty()) base = name;
-    for (const auto& p : pols) out.push_back({p.empty() ? base : base + "-" + p, sources[i], p});
+    for (const auto& p : pols) {
+      out.push_back({p.empty() ? base : base + "-" + p, sources[i], p});
+      if (compare_without.empty()) continue;
+      // The same arrivals for everyone else (each team draws its own), without this team's.
+      run_plan quiet = out.back();
+      quiet.label += "-without-" + compare_without;
+      for (auto& t : quiet.arrivals.teams)
+        if (t.name == compare_without) t.rate_multiplier = 0;
+      out.push_back(std::move(quiet));
+    }
   }
   return out;
 }

@@ -120,6 +120,7 @@ region = "west"
            {"[sim]\nduration_s = -1\n", "sim.duration_s must be a number"},
            {"[sim]\npolicies = [\"fastest\"]\n", "unknown policy"},
            {"[sim]\nregions = []\n", "at least one region"},
+           {"[sim]\ncompare_without = \"ghost\"\n", "not in [[arrivals.teams]]"},
            {"[arrivals]\nprocess = \"burst\"\n", "arrivals.process must be"},
            {"[arrivals]\nprocess = \"trace\"\n", "arrivals.trace is required"},
            {"[[arrivals.teams]]\nname = \"a\"\ntier = \"gold\"\n", "tier must be"},
@@ -220,18 +221,27 @@ count = 2
   CHECK(r.samples[0].back().phases.at("serving") == 4);
 }
 
-TEST_CASE("sim: a team at ten times its limit gets 429s; the other team none") {
+TEST_CASE("sim: a team at ten times its limit gets 429s; the other team none, and its TTFT holds against the run without") {
   scenario s = parse(kChat + R"(
 [[arrivals.teams]]
 name = "noisy"
 )");
-  const run_summary m = summarize(run(s, s.runs().at(0)), s);
+  s.compare_without = "noisy";
+  const auto runs = s.runs();
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[1].label == "t-without-noisy");
+  const run_summary m = summarize(run(s, runs[0]), s), quiet = summarize(run(s, runs[1]), s);
   REQUIRE(m.teams.size() == 2);
   const auto& noisy = m.teams[0].team == "noisy" ? m.teams[0] : m.teams[1];
   const auto& search = m.teams[0].team == "noisy" ? m.teams[1] : m.teams[0];
   CHECK(noisy.rejected_429 > noisy.requests / 2);
   CHECK(search.rejected_429 == 0);
   CHECK(search.completed == search.requests);
+  REQUIRE(quiet.teams.size() == 1);
+  CHECK(quiet.teams[0].requests == search.requests);  // the same arrivals for the others
+  CHECK(search.ttft_p95_ms <= quiet.teams[0].ttft_p95_ms * 1.10);
+  auto bad = parse_scenario(kChat + kFleet + "[sim.x]\n", "t.toml", ".");
+  CHECK(std::holds_alternative<std::string>(bad));
 }
 
 TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are clear errors") {
