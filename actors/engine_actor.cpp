@@ -73,6 +73,19 @@ engine::engine_request engine_state::to_engine_request(const request& r, engine:
   return e;
 }
 
+engine_state::~engine_state() {
+  if (!coasting || !core || !clock) return;
+  const caf::timespan elapsed = clock->now() - coast_from;
+  std::size_t done = 0;
+  while (done < coast_ends.size() && coast_ends[done] <= elapsed) ++done;
+  if (done == 0) return;
+  for (auto& out : core->coast(static_cast<int>(done)).outputs) {
+    auto it = jobs.find(out.id);
+    if (it != jobs.end() && out.new_tokens > 0)
+      caf::anon_send(it->second.sink, stream_tokens{it->second.id, std::move(out.text), out.new_tokens, -1, -1});
+  }
+}
+
 engine_load engine_state::load() const {
   engine_load l = totals;
   if (core) {
@@ -134,10 +147,11 @@ void fail_all(stateful* self, const std::string& why) {
   self->quit(caf::make_error(caf::sec::runtime_error, "engine failed: " + why));
 }
 
-void start_step(stateful* self);
+void start_step(stateful* self, bool may_coast = true);
+caf::timespan seconds_span(double s);
 
-// The step's time has passed: its tokens reach their sinks, then the next step starts.
-void deliver(stateful* self) {
+// A step's outputs reach their sinks (tokens) and owners (first token, end).
+void send_outputs(stateful* self) {
   auto& st = self->state;
   const auto now = self->clock().now();
   for (auto& out : st.pending.outputs) {
@@ -177,17 +191,71 @@ void deliver(stateful* self) {
     forget(st, out.id);
   }
   st.pending = {};
+}
+
+// The step's time has passed: its tokens reach their sinks, then the next step starts.
+void deliver(stateful* self, bool may_coast = true) {
+  auto& st = self->state;
+  send_outputs(self);
   st.stepping = false;
-  if (!st.core->idle()) start_step(self);
+  if (!st.core->idle()) start_step(self, may_coast);
   st.publish();
+}
+
+constexpr int kMaxCoastSteps = 4096;
+
+// Steady decode: the steps up to the next end of a sequence run as one timer.
+bool begin_coast(stateful* self) {
+  auto& st = self->state;
+  if (!st.coast || st.slow_factor != 1) return false;
+  const std::vector<double> times = st.core->coast_times(kMaxCoastSteps);
+  if (times.empty()) return false;
+  st.coasting = true;
+  st.stepping = true;
+  st.coast_from = self->clock().now();
+  st.coast_ends.clear();
+  caf::timespan at{0};
+  for (double s : times) {
+    at += seconds_span(s);  // as each step's own timer would add up
+    st.coast_ends.push_back(at);
+  }
+  self->delayed_send(self, at, coast_atom::value, ++st.coast_epoch);
+  return true;
+}
+
+// Brings a coasting engine to where step-by-step running would be now: the steps that have
+// ended are applied and their tokens sent; the step under way becomes an ordinary step that
+// ends when it would have. Every message but the coast's own wakeup settles first, so what it
+// sees and changes (a new request, a cancel, a heartbeat) is exactly as without coasting.
+void settle(stateful* self) {
+  auto& st = self->state;
+  if (!st.coasting) return;
+  st.coasting = false;
+  ++st.coast_epoch;
+  const caf::timespan elapsed = self->clock().now() - st.coast_from;
+  std::size_t done = 0;
+  while (done < st.coast_ends.size() && st.coast_ends[done] <= elapsed) ++done;
+  if (done > 0) {
+    st.pending = st.core->coast(static_cast<int>(done));
+    st.steps += done;
+  }
+  if (done == st.coast_ends.size()) {
+    deliver(self, /*may_coast=*/false);  // the next step begins now, as an ordinary one
+    return;
+  }
+  send_outputs(self);
+  st.pending = st.core->step();
+  ++st.steps;
+  self->delayed_send(self, st.coast_ends[done] - elapsed, step_atom::value);
 }
 
 caf::timespan seconds_span(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
 }
 
-void start_step(stateful* self) {
+void start_step(stateful* self, bool may_coast) {
   auto& st = self->state;
+  if (may_coast && begin_coast(self)) return;
   if (st.core->exec().modelled_time()) {
     // sim: the step is computed now; its modelled time passes on the actor clock.
     st.pending = st.core->step();
@@ -243,6 +311,7 @@ void on_chaos(stateful* self, const chaos_order& o) {
 caf::behavior serving(stateful* self) {
   return {
       [self](request& r) {
+        settle(self);
         auto& st = self->state;
         st.totals.received_tokens += request_tokens(r);
         const engine::seq_id seq = ++st.next_seq;
@@ -260,6 +329,7 @@ caf::behavior serving(stateful* self) {
         st.publish();
       },
       [self](cancel_job& c) {
+        settle(self);
         auto& st = self->state;
         auto it = st.by_request.find(c.id);
         if (it == st.by_request.end()) return;
@@ -268,8 +338,18 @@ caf::behavior serving(stateful* self) {
         st.publish();
       },
       [self](step_atom) { on_step(self); },
-      [self](stats_atom) { return self->state.load(); },
-      [self](chaos_order& o) { on_chaos(self, o); },
+      [self](coast_atom, std::uint64_t epoch) {
+        auto& st = self->state;
+        if (st.coasting && epoch == st.coast_epoch) settle(self);
+      },
+      [self](stats_atom) {
+        settle(self);
+        return self->state.load();
+      },
+      [self](chaos_order& o) {
+        settle(self);
+        on_chaos(self, o);
+      },
       [self](unslow_atom) { self->state.slow_factor = 1; },
   };
 }
@@ -328,6 +408,8 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
   auto& st = self->state;
   st.who = std::move(who);
   st.default_max_tokens = pool->cfg->default_max_tokens;
+  st.coast = pool->cfg->coast_steps && pool->cfg->executor == config::executor_kind::sim;
+  st.clock = &self->clock();
   st.gauges = std::move(gauges);
   self->attach_functor([g = st.gauges, id = st.who.replica_id] {
     if (g) g->erase(id);
@@ -341,7 +423,9 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
         break;
       }
     }
-    if (st.core && st.cancel_sink(self, dm.source) > 0) st.publish();
+    if (!st.core) return;
+    settle(self);
+    if (st.cancel_sink(self, dm.source) > 0) st.publish();
   });
   const std::uint64_t salt = XXH3_64bits(st.who.replica_id.data(), st.who.replica_id.size());
   loader->run([handle = caf::actor_cast<caf::actor>(self), pool, salt] {

@@ -72,11 +72,26 @@ struct engine_state {
   engine::seq_id next_seq = 0;
   engine::step_result pending;  ///< the step now "running"
   bool stepping = false;
+  // Coasting (sim executor, when the pool allows it): the steps of a steady decode run as one
+  // timer; any other message first settles them (see settle() in engine_actor.cpp).
+  bool coast = false;
+  bool coasting = false;
+  caf::actor_clock::time_point coast_from;
+  std::vector<caf::timespan> coast_ends;  ///< each coasting step's end, after coast_from
+  std::uint64_t coast_epoch = 0;          ///< a wakeup of an older coast is ignored
+  caf::actor_clock* clock = nullptr;      ///< for the tokens of a coast cut short by the engine's end
   std::uint64_t steps = 0;
   engine_load totals;           ///< received, prompt and cached token sums
   double load_seconds = 0;
   double slow_factor = 1;       ///< chaos: step time multiplier
   std::shared_ptr<fleet_gauges> gauges;
+
+  engine_state() = default;
+  engine_state(const engine_state&) = delete;
+  engine_state& operator=(const engine_state&) = delete;
+  /// An engine that ends (killed, say) while coasting still sends the tokens of the steps that
+  /// had ended, as a step-by-step engine would have before it died.
+  ~engine_state();
 
   engine::engine_request to_engine_request(const request& r, engine::seq_id seq) const;
   engine_load load() const;

@@ -25,6 +25,7 @@
 namespace kiln::actors {
 
 using step_atom = caf::atom_constant<caf::atom("step")>;
+using coast_atom = caf::atom_constant<caf::atom("coast")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;

@@ -70,6 +70,9 @@ struct pool_config {
   int queue_limit = 256;                ///< requests waiting in admission for this pool, all tiers
   double gpu_hour_usd = 2.50;           ///< what one GPU costs an hour (seed 000), for USD per million tokens
   std::string routing = "prefix_affinity_bounded";  ///< or round_robin, least_tokens (A/B runs)
+  /// sim executor: run steady decode between events as one timer, tokens sent in bulk without
+  /// text (the simulator turns it on; a served stream would arrive in bursts).
+  bool coast_steps = false;
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;

@@ -4,6 +4,7 @@
 
 #include <xxhash.h>
 
+#include "engine/sim_executor.hpp"
 #include "kernels/reference/sampling.hpp"
 
 namespace kiln::engine {
@@ -163,6 +164,70 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     }
     result.outputs.push_back(std::move(out));
   }
+}
+
+std::vector<double> engine_core::coast_times(int max_steps) const {
+  const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
+  if (!sim || in_flight_ || max_steps < 2 || !sched_.steady_decode()) return {};
+  // Steps until the first sequence ends: by its length limit or its answer's eos.
+  int steps = max_steps;
+  std::int64_t kv = 0;
+  const auto order = sched_.running_in_order();
+  for (const seq_status* st : order) {
+    auto it = seqs_.find(st->id);
+    if (it == seqs_.end() || !it->second.req.sampling.stop.empty()) return {};
+    const sequence& s = it->second;
+    const int by_length = s.req.sampling.max_tokens - s.generated;
+    const int natural = sim->natural_length(s.answer_seed);
+    const int by_eos = natural >= s.generated ? natural - s.generated + 1 : 1;
+    steps = std::min({steps, by_length, by_eos});
+    kv += st->computed;
+  }
+  if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return {};
+  // The shape sim_executor::run() sees for each of those steps.
+  std::vector<double> times;
+  const auto batch = static_cast<std::int64_t>(order.size());
+  for (int k = 1; k <= steps; ++k) {
+    step_shape shape;
+    shape.new_tokens = batch;
+    shape.kv_tokens_read = kv + batch * k;
+    times.push_back(sim->model().time(shape).total);
+  }
+  return times;
+}
+
+step_result engine_core::coast(int steps) {
+  step_result result;
+  const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
+  if (!sim || steps <= 0) return result;
+  const auto order = sched_.running_in_order();
+  std::vector<seq_id> ids;
+  for (const seq_status* st : order) ids.push_back(st->id);
+  sched_.bulk_decode(steps, [&](const seq_status& st) {
+    return sim->token_at(seqs_.at(st.id).answer_seed, st.generated);
+  });
+  result.batch_size = static_cast<int>(ids.size());
+  for (seq_id id : ids) {
+    sequence& s = seqs_.at(id);
+    s.generated += steps;
+    seq_output out;
+    out.id = id;
+    out.new_tokens = steps;
+    const seq_status* st = sched_.find(id);
+    if (st && !st->tokens.empty() && st->tokens.back() == tok_->eos()) out.finish = finish_reason::stop;
+    else if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
+    if (out.finish != finish_reason::none) {  // what the text held back goes with the end
+      out.text = s.text.substr(s.emitted);
+      s.emitted = s.text.size();
+    }
+    out.usage = usage_of(s);
+    if (out.finish != finish_reason::none) {
+      sched_.remove(id);
+      seqs_.erase(id);
+    }
+    result.outputs.push_back(std::move(out));
+  }
+  return result;
 }
 
 step_result engine_core::step() {

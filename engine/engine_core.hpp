@@ -68,6 +68,15 @@ class engine_core {
   step_result end_step();
   bool in_flight() const { return in_flight_; }
 
+  /// Steady decode on a modelled executor (the simulator): the modelled seconds of each of the
+  /// next steps while nothing waits, every running sequence decodes and none has stop strings,
+  /// up to and including the first step that ends a sequence (at most `max_steps`); empty when
+  /// the next step is not one of these.
+  std::vector<double> coast_times(int max_steps) const;
+  /// Runs `steps` such steps at once, as that many step() calls would but without text: each
+  /// sequence's new tokens, and the finishes (only the last step ends sequences).
+  step_result coast(int steps);
+
   int running() const { return sched_.running(); }
   int waiting() const { return sched_.waiting(); }
   std::int64_t tokens_in_flight() const { return sched_.tokens_in_flight(); }

@@ -20,6 +20,8 @@ kv_block_pool::kv_block_pool(int num_blocks, int block_size)
   prev_.assign(n, -1);
   next_.assign(n, -1);
   key_of_.assign(n, std::nullopt);
+  // At most one key per block: sized once, the index never rehashes while it fills.
+  by_key_.reserve(std::min<std::size_t>(n, 1u << 20));
   refs_[0] = 1;  // the null block is never free
   for (block_id b = 1; b < static_cast<block_id>(n); ++b) push_back(b);
 }
@@ -82,9 +84,8 @@ void kv_block_pool::release_all(std::span<const block_id> blocks) {
 
 void kv_block_pool::cache(block_id b, block_hash key) {
   auto& k = key_of_[static_cast<std::size_t>(b)];
-  if (k || by_key_.count(key)) return;
-  k = key;
-  by_key_.emplace(key, b);
+  if (k) return;
+  if (by_key_.try_emplace(key, b).second) k = key;
 }
 
 std::optional<block_id> kv_block_pool::lookup(block_hash key) const {

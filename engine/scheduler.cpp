@@ -45,16 +45,72 @@ std::int64_t scheduler::tokens_in_flight() const {
   return n;
 }
 
+namespace {
+
+// Running: tier, then admission order. Waiting: tier, then arrival.
+template <class Ptr>
+void rank(std::vector<Ptr>& v, bool running) {
+  std::sort(v.begin(), v.end(), [running](Ptr a, Ptr b) {
+    if (a->prio != b->prio) return a->prio < b->prio;
+    return running ? a->admitted_at < b->admitted_at : a->arrival < b->arrival;
+  });
+}
+
+}  // namespace
+
 std::vector<seq_status*> scheduler::ordered(bool running) {
   std::vector<seq_status*> out;
   for (auto& [id, s] : seqs_)
     if (s.running == running) out.push_back(&s);
-  // Running: tier, then admission order. Waiting: tier, then arrival.
-  std::sort(out.begin(), out.end(), [running](const seq_status* a, const seq_status* b) {
-    if (a->prio != b->prio) return a->prio < b->prio;
-    return running ? a->admitted_at < b->admitted_at : a->arrival < b->arrival;
-  });
+  rank(out, running);
   return out;
+}
+
+std::vector<const seq_status*> scheduler::running_in_order() const {
+  std::vector<const seq_status*> out;
+  out.reserve(static_cast<std::size_t>(running_count_));
+  for (const auto& [id, s] : seqs_)
+    if (s.running) out.push_back(&s);
+  rank(out, true);
+  return out;
+}
+
+bool scheduler::steady_decode() const {
+  if (running_count_ == 0 || waiting() != 0 || running_count_ > limits_.max_tokens_per_step) return false;
+  for (const auto& [id, s] : seqs_)
+    if (s.computed < s.prompt_len || s.computed + 1 != static_cast<int>(s.tokens.size())) return false;
+  return true;
+}
+
+int scheduler::blocks_for_decode(int steps) const {
+  int n = 0;
+  for (const auto& [id, s] : seqs_)
+    if (s.running) n += std::max(0, blocks_for(s.computed + steps) - static_cast<int>(s.blocks.size()));
+  return n;
+}
+
+void scheduler::bulk_decode(int steps, const std::function<token_id(const seq_status&)>& token) {
+  std::vector<seq_status*> order = ordered(true);
+  std::vector<token_id> sampled(order.size());
+  for (int k = 0; k < steps; ++k) {
+    // schedule(): each decode takes the block it grows into, in serving order ...
+    for (seq_status* s : order) {
+      const int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size());
+      if (need <= 0) continue;
+      const auto more = pool_.allocate(need);
+      s->blocks.insert(s->blocks.end(), more.begin(), more.end());
+    }
+    for (std::size_t i = 0; i < order.size(); ++i) sampled[i] = token(*order[i]);
+    // ... and update() applies the step in the same order.
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      seq_status& s = *order[i];
+      s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + 1);
+      publish_full_blocks(s);
+      s.tokens.push_back(sampled[i]);
+      ++s.generated;
+      if (s.generated > s.progress_mark) s.guarded = false;
+    }
+  }
 }
 
 void scheduler::preempt(seq_status& v, step_plan& plan, int& budget) {

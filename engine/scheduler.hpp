@@ -5,6 +5,7 @@
 // preempting by recompute when decoding outgrows the pool. update() applies what the
 // executor ran. Pure bookkeeping: it never calls an executor.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <utility>
@@ -88,6 +89,21 @@ class scheduler {
   std::int64_t tokens_in_flight() const;
   std::uint64_t preemptions() const { return preemptions_; }
   const seq_status* find(seq_id id) const;
+
+  // Steady decode, for modelled executors that run several steps between events: while
+  // nothing waits and every running sequence decodes, the next steps are known in advance.
+
+  /// The running sequences in the order a step serves them (tier, then admission).
+  std::vector<const seq_status*> running_in_order() const;
+  /// Whether the next step is decodes only: nothing waiting, every running sequence decoding,
+  /// a token of the step's budget for each.
+  bool steady_decode() const;
+  /// Blocks that `steps` more decodes of every running sequence take from the pool.
+  int blocks_for_decode(int steps) const;
+  /// Runs `steps` decode steps exactly as schedule() and update() would, each sequence's token
+  /// for a step from `token(seq)` (called before the step applies). Only while steady_decode()
+  /// holds, with blocks_for_decode(steps) blocks free (nothing is preempted).
+  void bulk_decode(int steps, const std::function<token_id(const seq_status&)>& token);
   const scheduler_limits& limits() const { return limits_; }
   const kv_block_pool& pool() const { return pool_; }
 

@@ -20,6 +20,10 @@ class sim_executor final : public executor {
   const cost_model& model() const { return model_; }
   /// The shape a plan presents to the cost model.
   step_shape shape_of(const step_plan& plan) const;
+  /// Tokens an answer runs to before its eos.
+  int natural_length(std::uint64_t answer_seed) const;
+  /// The token at `position` of the answer (eos from its natural length on).
+  token_id token_at(std::uint64_t answer_seed, int position) const;
 
  private:
   cost_model model_;

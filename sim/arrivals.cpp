@@ -217,16 +217,23 @@ oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_si
   std::unordered_set<std::uint64_t> seen;
   const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
   for (const auto& a : arrivals) {
-    const auto tokens = prompt_of(a, vocab);
-    r.prompt_tokens += static_cast<std::int64_t>(tokens.size());
+    const auto n = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
+    r.prompt_tokens += static_cast<std::int64_t>(n);
+    // A block's tokens are a function of its hash, so a cache block inside a trace block is
+    // named by the pair; only a prompt longer than its blocks needs its tokens.
+    const auto per = static_cast<std::size_t>(std::max(1, a.block_tokens));
+    const bool by_hash = per % bs == 0 && n <= a.blocks.size() * per;
+    const std::vector<std::int32_t> tokens = by_hash ? std::vector<std::int32_t>{} : prompt_of(a, vocab);
     // The engines keep each team's prefix cache apart (no cross-tenant hits): so does the oracle.
     std::uint64_t chain = hash_of(a.team);
     bool hit = true;
     // Full blocks only, and never the whole prompt (its last token is always computed).
-    for (std::size_t off = 0; off + bs <= tokens.size(); off += bs) {
-      chain = mix(chain, XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
+    for (std::size_t off = 0; off + bs <= n; off += bs) {
+      const std::uint64_t block = by_hash ? mix(a.blocks[off / per], (off % per) / bs)
+                                          : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t));
+      chain = mix(chain, block);
       const bool known = !seen.insert(chain).second;
-      if (hit && known && off + bs < tokens.size()) r.reusable_tokens += static_cast<std::int64_t>(bs);
+      if (hit && known && off + bs < n) r.reusable_tokens += static_cast<std::int64_t>(bs);
       else hit = false;
     }
   }

@@ -156,6 +156,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   config::kiln_config fleet = s.fleet;
   for (auto& p : fleet.pools) {
     p.text = {1 << 30, 1 << 30};
+    p.coast_steps = s.coast;
     if (!plan.policy.empty()) p.routing = plan.policy;
   }
   const std::string first_model = fleet.models.empty() ? fleet.pools.front().model : fleet.models.front().name;

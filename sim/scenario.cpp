@@ -40,6 +40,12 @@ class keys {
     if (!n->is_string()) throw bad_scenario{path_ + "." + std::string(k) + " must be a string"};
     out = *n->value<std::string>();
   }
+  void boolean(std::string_view k, bool& out) {
+    const toml::node* n = get(k);
+    if (!n) return;
+    if (!n->is_boolean()) throw bad_scenario{path_ + "." + std::string(k) + " must be true or false"};
+    out = *n->value<bool>();
+  }
   void texts(std::string_view k, std::vector<std::string>& out) {
     const toml::node* n = get(k);
     if (!n) return;
@@ -165,6 +171,7 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     r.number("duration_s", s.duration_s, 1e-3, 1e9);
     r.number("drain_s", s.drain_s, 0, 1e9);
     r.number("report_interval_s", s.report_interval_s, 1e-3, 1e9);
+    r.boolean("coast", s.coast);
     r.texts("regions", s.regions);
     if (s.regions.empty()) r.fail("regions", "must name at least one region");
     if (std::set<std::string>(s.regions.begin(), s.regions.end()).size() != s.regions.size())

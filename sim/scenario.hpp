@@ -50,6 +50,7 @@ struct scenario {
   double duration_s = 60;
   double drain_s = 120;               ///< after the last arrival, at most this long to finish
   double report_interval_s = 10;
+  bool coast = true;                  ///< engines run steady decode in one go (false: step by step)
   std::vector<std::string> regions{"local"};
   std::vector<std::string> policies;  ///< one run per policy (A/B); empty: as configured
   std::vector<std::string> traces;    ///< one run per trace; empty: [arrivals] as given

@@ -267,3 +267,53 @@ TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are
   CHECK(run_sim({file.string(), "--out", (dir / "o2").string(), "--trace", (dir / "none.csv").string()}, o, e) == 1);
   CHECK(e.str().find("none.csv") != std::string::npos);
 }
+
+TEST_CASE("sim: coasting engines give exactly what step-by-step engines give, through kills and refusals") {
+  scenario s = parse(kChat + R"(
+[[arrivals.teams]]
+name = "noisy"
+weight = 0.3
+[[events]]
+at_s = 15
+action = "kill"
+count = 1
+[[events]]
+at_s = 18.5
+action = "kill"
+target = "engine"
+count = 2
+[[events]]
+at_s = 25
+action = "slow"
+target = "engine"
+seconds = 3
+factor = 4
+)");
+  std::size_t mid = 0, refused = 0;
+  for (std::uint64_t seed : {1, 2, 3, 4}) {
+  CAPTURE(seed);
+  s.seed = seed;
+  s.coast = false;
+  const run_result stepwise = run(s, s.runs().at(0));
+  s.coast = true;
+  const run_result coasting = run(s, s.runs().at(0));
+  REQUIRE(stepwise.requests.size() == coasting.requests.size());
+  for (std::size_t i = 0; i < stepwise.requests.size(); ++i) {
+    const auto &a = stepwise.requests[i], &b = coasting.requests[i];
+    CAPTURE(i);
+    CHECK(a.first_token == b.first_token);
+    CHECK(a.end == b.end);
+    CHECK(a.output == b.output);
+    CHECK(a.outcome == b.outcome);
+    CHECK(a.prompt == b.prompt);
+    CHECK(a.cached == b.cached);
+    CHECK(a.attempts == b.attempts);
+    mid += a.mid_stream;
+    refused += a.outcome == "over_limit";
+  }
+  CHECK(coasting.engine_steps == stepwise.engine_steps);
+  CHECK(coasting.retried == stepwise.retried);
+  }
+  CHECK(mid > 0);      // the kills hit running streams
+  CHECK(refused > 0);  // and the noisy team was refused
+}
