@@ -73,17 +73,23 @@ engine::engine_request engine_state::to_engine_request(const request& r, engine:
   return e;
 }
 
+void engine_state::flush(job& j) {
+  if (j.unsent == 0 && j.unsent_text.empty()) return;
+  caf::anon_send(j.sink, stream_tokens{j.id, std::move(j.unsent_text), j.unsent, -1, -1});
+  j.unsent = 0;
+  j.unsent_text.clear();
+}
+
 engine_state::~engine_state() {
-  if (!coasting || !core || !clock) return;
-  const caf::timespan elapsed = clock->now() - coast_from;
-  std::size_t done = 0;
-  while (done < coast_ends.size() && coast_ends[done] <= elapsed) ++done;
-  if (done == 0) return;
-  for (auto& out : core->coast(static_cast<int>(done)).outputs) {
-    auto it = jobs.find(out.id);
-    if (it != jobs.end() && out.new_tokens > 0)
-      caf::anon_send(it->second.sink, stream_tokens{it->second.id, std::move(out.text), out.new_tokens, -1, -1});
+  if (coasting && core && clock) {
+    const caf::timespan elapsed = clock->now() - coast_from;
+    std::size_t done = 0;
+    while (done < coast_ends.size() && coast_ends[done] <= elapsed) ++done;
+    if (done > 0)
+      for (auto& out : core->coast(static_cast<int>(done)).outputs)
+        if (auto it = jobs.find(out.id); it != jobs.end()) it->second.unsent += out.new_tokens;
   }
+  for (auto& [seq, j] : jobs) flush(j);
 }
 
 engine_load engine_state::load() const {
@@ -140,6 +146,7 @@ void fail_all(stateful* self, const std::string& why) {
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
   for (auto& [seq, j] : st.jobs) {
     st.core->cancel(seq);
+    engine_state::flush(j);
     report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why, j.usage);
   }
   st.jobs.clear();
@@ -165,9 +172,14 @@ void send_outputs(stateful* self) {
       // Before the tokens leave: an owner that has not heard this knows none reached the client.
       if (owner_alive(st, j)) self->send(j.owner, first_token{j.id, j.attempt});
     }
-    if (out.new_tokens > 0 || !out.text.empty()) {
-      self->send(j.sink, stream_tokens{j.id, std::move(out.text), out.new_tokens,
+    if (st.coast && !first && out.finish == engine::finish_reason::none) {
+      j.unsent += out.new_tokens;  // the rest of the stream goes at its end
+      j.unsent_text += out.text;
+    } else if (out.new_tokens > 0 || !out.text.empty() || j.unsent > 0) {
+      self->send(j.sink, stream_tokens{j.id, std::move(j.unsent_text) + out.text, j.unsent + out.new_tokens,
                                        first ? out.usage.prompt_tokens : -1, first ? out.usage.cached_tokens : -1});
+      j.unsent = 0;
+      j.unsent_text.clear();
     }
     if (out.finish == engine::finish_reason::none) continue;
     st.totals.prompt_tokens_total += out.usage.prompt_tokens;
@@ -244,7 +256,8 @@ void settle(stateful* self) {
     return;
   }
   send_outputs(self);
-  st.pending = st.core->step();
+  // The step under way, applied now as it was planned (before whatever this message adds).
+  st.pending = st.core->coast(1);
   ++st.steps;
   self->delayed_send(self, st.coast_ends[done] - elapsed, step_atom::value);
 }
@@ -333,6 +346,7 @@ caf::behavior serving(stateful* self) {
         auto& st = self->state;
         auto it = st.by_request.find(c.id);
         if (it == st.by_request.end()) return;
+        if (auto j = st.jobs.find(it->second); j != st.jobs.end()) engine_state::flush(j->second);
         st.core->cancel(it->second);
         forget(st, it->second);
         st.publish();

@@ -61,6 +61,10 @@ struct engine_state {
     caf::actor_clock::time_point arrival;
     double ttft_ms = -1;
     engine::usage usage;  ///< so far: what a cancellation or failure reports
+    // Coasting engines send a stream's tokens after its first at its end (or when it stops
+    // early): what is held until then.
+    std::int32_t unsent = 0;
+    std::string unsent_text;
   };
   std::unique_ptr<engine::engine_core> core;
   engine_identity who;
@@ -97,6 +101,8 @@ struct engine_state {
   engine_load load() const;
   /// Drops every job whose sink is gone, telling their owners; returns how many.
   int cancel_sink(caf::event_based_actor* self, const caf::actor_addr& sink);
+  /// Sends what a coasting engine held of a job's tokens.
+  static void flush(job& j);
   void publish() const;
   static inline const char* name = "kiln.engine";
 };

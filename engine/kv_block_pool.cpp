@@ -14,14 +14,12 @@ block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const tok
 }
 
 kv_block_pool::kv_block_pool(int num_blocks, int block_size)
-    : block_size_(std::max(1, block_size)) {
+    : block_size_(std::max(1, block_size)), by_key_(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, num_blocks)), 1u << 16)) {
   const auto n = static_cast<std::size_t>(std::max(1, num_blocks));
   refs_.assign(n, 0);
   prev_.assign(n, -1);
   next_.assign(n, -1);
   key_of_.assign(n, std::nullopt);
-  // At most one key per block: sized once, the index never rehashes while it fills.
-  by_key_.reserve(std::min<std::size_t>(n, 1u << 20));
   refs_[0] = 1;  // the null block is never free
   for (block_id b = 1; b < static_cast<block_id>(n); ++b) push_back(b);
 }
@@ -85,13 +83,11 @@ void kv_block_pool::release_all(std::span<const block_id> blocks) {
 void kv_block_pool::cache(block_id b, block_hash key) {
   auto& k = key_of_[static_cast<std::size_t>(b)];
   if (k) return;
-  if (by_key_.try_emplace(key, b).second) k = key;
+  if (by_key_.insert(key, b)) k = key;
 }
 
 std::optional<block_id> kv_block_pool::lookup(block_hash key) const {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return std::nullopt;
-  return it->second;
+  return by_key_.find(key);
 }
 
 }  // namespace kiln::engine

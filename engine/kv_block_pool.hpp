@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/flat_index.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::engine {
@@ -58,7 +59,7 @@ class kv_block_pool {
   block_id head_ = -1, tail_ = -1;             ///< head: evicted first
   int free_count_ = 0;
   std::vector<std::optional<block_hash>> key_of_;
-  std::unordered_map<block_hash, block_id> by_key_;
+  flat_index by_key_;  ///< cached blocks by chain key (at most one key per block)
   std::uint64_t evictions_ = 0;
 };
 

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "engine/flat_index.hpp"
 #include "sim/traces.hpp"
 
 namespace kiln::sim {
@@ -214,7 +215,7 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
 
 oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab) {
   oracle_result r;
-  std::unordered_set<std::uint64_t> seen;
+  engine::flat_index seen(1u << 16);
   const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
   for (const auto& a : arrivals) {
     const auto n = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
@@ -232,7 +233,7 @@ oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_si
       const std::uint64_t block = by_hash ? mix(a.blocks[off / per], (off % per) / bs)
                                           : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t));
       chain = mix(chain, block);
-      const bool known = !seen.insert(chain).second;
+      const bool known = !seen.insert(chain, 0);
       if (hit && known && off + bs < n) r.reusable_tokens += static_cast<std::int64_t>(bs);
       else hit = false;
     }

@@ -25,7 +25,6 @@ caf::timespan span_of(double s) {
 /// What the regions' sinks write into: one record per request, indexed by its id's counter.
 struct run_book {
   std::vector<request_record> records;
-  std::vector<std::int64_t> tokens_out;  ///< per pool since the last tick
   std::size_t done = 0;
 };
 
@@ -40,7 +39,6 @@ class collector final : public actors::stream_target {
     if (ev.prompt_tokens >= 0) r.prompt = ev.prompt_tokens;
     if (ev.cached_tokens >= 0) r.cached = ev.cached_tokens;
     r.output += ev.tokens;
-    book_.tokens_out[r.pool] += ev.tokens;
   }
   void on_end(actors::stream_end ev) override {
     request_record& r = at(ev.id);
@@ -175,7 +173,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     }
   }
   res.samples.resize(res.pools.size());
-  book.tokens_out.assign(res.pools.size(), 0);
   book.records.resize(arrivals.size());
 
   std::vector<std::unique_ptr<region_rt>> regions;
@@ -220,8 +217,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
           auto it = queues.find({key, tiers[k]});
           if (it != queues.end()) ps.queued[k] = static_cast<std::int64_t>(it->second);
         }
-        ps.tokens_out = book.tokens_out[idx];
-        book.tokens_out[idx] = 0;
         res.samples[idx].push_back(std::move(ps));
       }
     }

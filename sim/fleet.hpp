@@ -41,7 +41,6 @@ struct pool_sample {
   int reporting = 0;                  ///< replicas with an engine
   std::int64_t queued[3] = {0, 0, 0}; ///< admission queue by tier (interactive, standard, batch)
   std::int64_t engine_waiting = 0;
-  std::int64_t tokens_out = 0;        ///< tokens delivered since the last tick
 };
 
 struct run_result {

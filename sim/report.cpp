@@ -79,6 +79,30 @@ std::vector<interval_row> rows_of(const run_result& r, std::uint32_t pool, doubl
   return rows;
 }
 
+/// Output tokens per report interval of a pool: each stream's first token when it came, the
+/// rest spread evenly to its end (so the series does not depend on how tokens were batched).
+std::vector<double> tokens_by_interval(const run_result& r, std::uint32_t pool, double interval) {
+  const std::size_t n = r.samples[pool].size();
+  std::vector<double> out(n, 0.0);
+  for (const auto& q : r.requests) {
+    if (q.pool != pool || q.first_token < 0 || q.output <= 0) continue;
+    if (const std::size_t i = slot_of(q.first_token, interval, n); i < n) out[i] += 1;
+    const double rest = q.output - 1;
+    if (rest <= 0 || q.end <= q.first_token) {
+      if (const std::size_t i = slot_of(std::max(q.end, q.first_token), interval, n); i < n) out[i] += rest;
+      continue;
+    }
+    const double rate = rest / (q.end - q.first_token);
+    for (std::size_t i = slot_of(q.first_token, interval, n); i < n; ++i) {
+      const double lo = std::max(q.first_token, static_cast<double>(i) * interval);
+      const double hi = std::min(q.end, static_cast<double>(i + 1) * interval);
+      if (hi > lo) out[i] += (hi - lo) * rate;
+      if (q.end <= static_cast<double>(i + 1) * interval) break;
+    }
+  }
+  return out;
+}
+
 double imbalance_of(const pool_sample& s) {
   if (s.reporting == 0 || s.tokens_in_flight <= 0) return 0;
   return static_cast<double>(s.busiest_tokens) / (static_cast<double>(s.tokens_in_flight) / s.reporting);
@@ -138,9 +162,11 @@ run_summary summarize(const run_result& r, const scenario& s) {
       std::max(s.report_interval_s, std::ceil(std::min(s.duration_s, r.arrivals_end) / s.report_interval_s - 1e-9) *
                                         s.report_interval_s);
   double delivered = 0;
-  for (const auto& series : r.samples)
-    for (const auto& sm : series)
-      if (sm.t <= window + 1e-9) delivered += static_cast<double>(sm.tokens_out);
+  for (std::uint32_t p = 0; p < r.pools.size(); ++p) {
+    const auto tokens = tokens_by_interval(r, p, s.report_interval_s);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (r.samples[p][i].t <= window + 1e-9) delivered += tokens[i];
+  }
   m.output_tokens_per_s = delivered / window;
   double replicas = 0;
   for (const auto& p : s.fleet.pools) replicas += p.replicas;
@@ -184,6 +210,7 @@ std::string write_run(const run_result& r, const scenario& s, const std::string&
   std::vector<chart_series> load, replicas, queue, ttft95, hits, imbalance;
   for (std::uint32_t p = 0; p < r.pools.size(); ++p) {
     const auto rows = rows_of(r, p, interval);
+    const auto tokens = tokens_by_interval(r, p, interval);
     std::ostringstream csv;
     csv << "time_s,replicas_serving,replicas_starting,replicas_loading,replicas_draining,replicas_failed,"
            "replicas_stopped,tokens_per_s,tokens_in_flight,queue_interactive,queue_standard,queue_batch,"
@@ -197,7 +224,7 @@ std::string write_run(const run_result& r, const scenario& s, const std::string&
         auto it = sm.phases.find(k);
         return it == sm.phases.end() ? 0 : it->second;
       };
-      const double tps = static_cast<double>(sm.tokens_out) / interval;
+      const double tps = tokens[i] / interval;
       const double hit = row.prompt > 0 ? static_cast<double>(row.cached) / static_cast<double>(row.prompt) : 0;
       const double p95 = percentile(row.ttft_ms, 0.95);
       const std::int64_t queued = sm.queued[0] + sm.queued[1] + sm.queued[2];
