@@ -239,7 +239,7 @@ bool begin_coast(stateful* self) {
 // ended are applied and their tokens sent; the step under way becomes an ordinary step that
 // ends when it would have. Every message but the coast's own wakeup settles first, so what it
 // sees and changes (a new request, a cancel, a heartbeat) is exactly as without coasting.
-void settle(stateful* self) {
+void settle(stateful* self, bool wakeup = false) {
   auto& st = self->state;
   if (!st.coasting) return;
   st.coasting = false;
@@ -252,7 +252,9 @@ void settle(stateful* self) {
     st.steps += done;
   }
   if (done == st.coast_ends.size()) {
-    deliver(self, /*may_coast=*/false);  // the next step begins now, as an ordinary one
+    // At its own wakeup the next stretch may coast too; settled by a message arriving at that
+    // very time, the next step is an ordinary one, so what the message adds joins after it.
+    deliver(self, /*may_coast=*/wakeup);
     return;
   }
   send_outputs(self);
@@ -354,7 +356,7 @@ caf::behavior serving(stateful* self) {
       [self](step_atom) { on_step(self); },
       [self](coast_atom, std::uint64_t epoch) {
         auto& st = self->state;
-        if (st.coasting && epoch == st.coast_epoch) settle(self);
+        if (st.coasting && epoch == st.coast_epoch) settle(self, /*wakeup=*/true);
       },
       [self](stats_atom) {
         settle(self);
@@ -379,6 +381,7 @@ caf::behavior loading(stateful* self, std::shared_ptr<const pool_runtime> pool, 
           return;
         }
         st.core = std::move(std::get<std::unique_ptr<engine::engine_core>>(*m.made));
+        st.core->set_text(!st.coast);  // a coasting engine's client counts tokens
         st.load_seconds = pool->load_seconds;
         st.publish();
         self->send(parent, engine_ready{st.who.replica_id});

@@ -90,6 +90,10 @@ seq_output engine_core::advance(sequence& s, token_id tok) {
   ++s.generated;
   if (tok == tok_->eos()) {
     out.finish = finish_reason::stop;
+  } else if (!text_ && s.req.sampling.stop.empty()) {
+    if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
+    out.usage = usage_of(s);
+    return out;
   } else {
     s.text += tok_->decode(tok);
   }

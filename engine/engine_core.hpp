@@ -77,6 +77,10 @@ class engine_core {
   /// sequence's new tokens, and the finishes (only the last step ends sequences).
   step_result coast(int steps);
 
+  /// Off: answers carry token counts only, no text (stop strings still end them). The
+  /// simulator's engines, whose clients count tokens.
+  void set_text(bool on) { text_ = on; }
+
   int running() const { return sched_.running(); }
   int waiting() const { return sched_.waiting(); }
   std::int64_t tokens_in_flight() const { return sched_.tokens_in_flight(); }
@@ -117,6 +121,7 @@ class engine_core {
   step_result pending_;
   step_execution exec_result_;
   bool in_flight_ = false;
+  bool text_ = true;
   std::vector<engine_request> deferred_adds_;  ///< arrived while a step ran
   std::vector<seq_id> deferred_removes_;
   std::unique_ptr<step_worker> worker_;        ///< made on the first begin_step

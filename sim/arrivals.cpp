@@ -199,6 +199,13 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     }
   } else {
     if (s.rate <= 0) return std::string("rate must be positive");
+    // A scenario asking for more requests than a run can hold is refused before it starts.
+    double multiplier = 1;
+    for (const auto& t : s.teams) multiplier = std::max(multiplier, t.rate_multiplier);
+    const double expected = peak_rate(s) * multiplier * s.duration_s;
+    if (!(expected <= kMaxArrivals))
+      return "the arrivals would number about " + std::to_string(static_cast<long long>(std::min(expected, 9e18))) +
+             " (rate x duration); at most " + std::to_string(static_cast<long long>(kMaxArrivals)) + " per run";
     out = synthetic(s, seed);
     prompt_maker prompts(s, seed);
     const auto teams = teams_of(s);

@@ -66,6 +66,9 @@ struct arrival_spec {
   std::vector<team_rule> teams;     ///< empty: one team "sim"
 };
 
+/// The most arrivals one run makes (about 20 minutes at seed 000's peak of 100/s, 12 times).
+inline constexpr double kMaxArrivals = 2e6;
+
 /// Every arrival of a run in time order, or what is wrong with the spec or the trace.
 std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed);
 

@@ -205,6 +205,10 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
   auto cfg = config::parse_config(rest.str(), origin);
   if (auto* e = std::get_if<config::config_error>(&cfg)) throw bad_scenario{e->message};
   s.fleet = std::move(std::get<config::kiln_config>(cfg));
+  for (const auto& p : s.fleet.pools)
+    if (p.executor != config::executor_kind::sim)
+      throw bad_scenario{"pool " + p.model + "@" + p.version +
+                         ": the simulator runs the sim executor only (its step time is the cost model)"};
   for (const auto& e : s.events) {
     if (!e.region.empty() && std::find(s.regions.begin(), s.regions.end(), e.region) == s.regions.end())
       throw bad_scenario{"events: unknown region \"" + e.region + "\""};

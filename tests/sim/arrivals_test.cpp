@@ -144,6 +144,16 @@ TEST_CASE("arrivals: teams by weight and multiplier, their system prompts, and c
   for (const auto& x : make(s)) CHECK(x.prompt_tokens <= 100);
   s.duration_s = 0;
   CHECK(std::holds_alternative<std::string>(make_arrivals(s, 1)));
+  // A run larger than a run can hold is refused before anything is made.
+  s.duration_s = 1e9;
+  s.rate = 1e6;
+  auto huge = make_arrivals(s, 1);
+  REQUIRE(std::holds_alternative<std::string>(huge));
+  CHECK(std::get<std::string>(huge).find("at most") != std::string::npos);
+  s.process = arrival_process::ramp;
+  s.rate = 1;
+  s.ramp_per_minute = 10;  // grows past any bound
+  CHECK(std::holds_alternative<std::string>(make_arrivals(s, 1)));
 }
 
 TEST_CASE("arrivals: the oracle hit rate counts each request's longest prefix an earlier one began with") {
