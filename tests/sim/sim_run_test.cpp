@@ -134,7 +134,7 @@ region = "west"
     CHECK(std::get<std::string>(r).find(want) != std::string::npos);
     CHECK(std::get<std::string>(r).rfind("test.toml", 0) == 0);
   }
-  auto cpu = parse_scenario("[[pools]]\nmodel = \"m\"\nversion = \"v\"\nexecutor = \"cpu\"\nmodel_dir = \"/m\"\n", "c.toml", ".");
+  auto cpu = parse_scenario("[[teams]]\nname = \"t\"\napi_key = \"k\"\n[[pools]]\nmodel = \"m\"\nversion = \"v\"\nexecutor = \"cpu\"\nmodel_dir = \"/m\"\n", "c.toml", ".");
   REQUIRE(std::holds_alternative<std::string>(cpu));
   CHECK(std::get<std::string>(cpu).find("sim executor only") != std::string::npos);
   // The fleet is a kiln config, checked as one.
