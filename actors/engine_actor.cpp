@@ -338,7 +338,7 @@ caf::behavior serving(stateful* self) {
         }
         watch(self, r.sink);
         watch(self, r.owner);
-        st.jobs[seq] = {r.id, r.sink, r.owner, r.attempt, self->clock().now(), -1, {}};
+        st.jobs[seq] = {r.id, r.sink, r.owner, r.attempt, self->clock().now(), -1, {}, 0, {}};
         st.by_request[r.id] = seq;
         if (!st.stepping) start_step(self);
         st.publish();

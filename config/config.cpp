@@ -122,6 +122,7 @@ void read_shape(const toml::table& t, const std::string& path, engine::model_sha
   r.number("params", m.params, 0, 1e15);
   r.number("dtype_bytes", m.dtype_bytes, 0.125, 8);
   r.number("kv_dtype_bytes", m.kv_dtype_bytes, 0.125, 8);
+  r.number("activation_bytes", m.activation_bytes, 0.125, 8);
   r.no_unknown_keys();
 }
 

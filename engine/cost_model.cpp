@@ -53,7 +53,7 @@ step_time cost_model::time(const step_shape& s) const {
   if (gpu_.tensor_parallel > 1) {
     const double n = tp;
     const double collectives = 2.0 * shape_.layers;
-    const double message = static_cast<double>(s.new_tokens) * shape_.d_model * shape_.dtype_bytes;
+    const double message = static_cast<double>(s.new_tokens) * shape_.d_model * shape_.activation_bytes;
     const double volume = collectives * 2.0 * (n - 1) / n * message;
     t.allreduce = volume / gpu_.allreduce_bytes_per_s + collectives * gpu_.allreduce_latency_s;
   }

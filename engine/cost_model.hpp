@@ -17,6 +17,7 @@ struct model_shape {
   double params = 0;           ///< total parameters; 0: computed from the shape
   double dtype_bytes = 2;      ///< weight bytes per parameter (FP16: 2)
   double kv_dtype_bytes = 2;   ///< KV cache bytes per element
+  double activation_bytes = 2; ///< what crosses the all-reduce (bf16 even with fp8 weights)
 };
 
 /// Hardware and efficiency assumptions (A3-A7 of seed 001), H200-class defaults.

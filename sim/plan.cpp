@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/cost_model.hpp"
+
 namespace kiln::sim {
 
 double dtype_bytes(std::string_view d) {
@@ -23,35 +25,68 @@ double kv_per_token(const plan_assumptions& a) {
 
 }  // namespace
 
+namespace {
+
+/// The engine's roofline model (what the sim executor steps by) for these assumptions.
+engine::cost_model model_of(const plan_assumptions& a, int tp) {
+  engine::model_shape m;
+  m.layers = a.layers;
+  m.d_model = a.d_model;
+  m.heads = a.heads;
+  m.kv_heads = a.kv_heads;
+  m.head_dim = a.head_dim;
+  m.params = a.params;
+  m.dtype_bytes = dtype_bytes(a.weight_dtype);
+  m.kv_dtype_bytes = dtype_bytes(a.kv_dtype);
+  m.activation_bytes = a.activation_bytes;
+  engine::gpu_assumptions g;
+  g.hbm_bytes_per_s = a.hbm_bytes_per_s;
+  g.flops_per_s = a.flops_per_s;
+  g.bandwidth_efficiency = a.bandwidth_efficiency;
+  g.flops_efficiency = a.flops_efficiency;
+  g.end_to_end_efficiency = a.end_to_end_efficiency;
+  g.allreduce_bytes_per_s = a.allreduce_bytes_per_s;
+  g.allreduce_latency_s = a.allreduce_latency_s;
+  g.fixed_step_s = a.fixed_step_s;
+  g.tensor_parallel = std::max(1, tp);
+  g.hbm_capacity_bytes = a.hbm_bytes_per_gpu;
+  return engine::cost_model(m, g);
+}
+
+}  // namespace
+
 decode_step decode_at(const plan_assumptions& a, int batch, int context, int tp) {
+  const engine::cost_model model = model_of(a, tp);
+  // A decode step: one new token per stream, every stream's context read once.
+  engine::step_shape shape;
+  shape.new_tokens = batch;
+  shape.kv_tokens_read = static_cast<std::int64_t>(batch) * context;
+  const engine::step_time t = model.time(shape);
   decode_step s;
   const double n = std::max(1, tp);
   s.batch = batch;
-  s.weight_bytes = weight_bytes(a) / n;
-  s.kv_bytes = static_cast<double>(batch) * context * kv_per_token(a) / n;
-  s.memory = (s.weight_bytes + s.kv_bytes) / (a.hbm_bytes_per_s * a.bandwidth_efficiency);
-  s.compute = 2.0 * a.params * batch / (n * a.flops_per_s * a.flops_efficiency);
-  if (tp > 1) {
-    // Two all-reduces per layer; a ring moves 2(n-1)/n of the message per GPU.
-    const double collectives = 2.0 * a.layers;
-    const double message = static_cast<double>(batch) * a.d_model * a.activation_bytes;
-    const double volume = collectives * 2.0 * (n - 1) / n * message;
-    s.allreduce = volume / a.allreduce_bytes_per_s + collectives * a.allreduce_latency_s;
-  }
-  s.fixed = a.fixed_step_s;
-  s.roofline = std::max(s.memory, s.compute) + s.allreduce + s.fixed;
-  s.tpot = s.roofline / a.end_to_end_efficiency;
+  s.weight_bytes = model.weight_bytes() / n;
+  s.kv_bytes = static_cast<double>(shape.kv_tokens_read) * model.kv_bytes_per_token() / n;
+  s.memory = t.memory;
+  s.compute = t.compute;
+  s.allreduce = t.allreduce;
+  s.fixed = t.fixed;
+  s.roofline = t.roofline;
+  s.tpot = t.total;
   return s;
 }
 
 prefill_time prefill_at(const plan_assumptions& a, int tokens) {
+  const engine::cost_model model = model_of(a, a.tensor_parallel);
   prefill_time p;
-  const double n = tokens;
   p.tokens = tokens;
-  p.linear_flops = 2.0 * a.params * n;
-  p.attention_flops = 4.0 * a.layers * n * n * a.d_model;
-  const double flops = std::max(1, a.tensor_parallel) * a.flops_per_s * a.flops_efficiency;
-  p.at_mfu_s = (p.linear_flops + p.attention_flops) / flops;
+  p.linear_flops = 2.0 * a.params * tokens;
+  p.attention_flops = model.attention_flops(tokens, 0);
+  // The compute term of a step that computes the whole prompt at once.
+  engine::step_shape shape;
+  shape.new_tokens = tokens;
+  shape.attention_flops = p.attention_flops;
+  p.at_mfu_s = model.time(shape).compute;
   p.end_to_end_s = p.at_mfu_s / a.end_to_end_efficiency;
   return p;
 }
