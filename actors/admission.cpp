@@ -211,7 +211,8 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           self->send(r.sink, std::move(*refused));
           return;
         }
-        self->send(r.sink, st.ledger.limit_info(r, now));
+        // The x-ratelimit-* headers, for a team with a limit on this model (none: no message).
+        if (auto info = st.ledger.limit_info(r, now); info.limit_tokens > 0) self->send(r.sink, std::move(info));
         const std::string key = r.model + "@" + r.version;
         const std::int64_t charge = request_tokens(r);
         const double share = st.ledger.share(r.team, r.model);
