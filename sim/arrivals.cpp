@@ -189,14 +189,24 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     const auto teams = teams_of(s);
     draws d(mix(seed, 0x7EA5ull));
     prompt_maker prompts(s, seed);
-    for (auto& a : out) {
+    std::vector<bool> silent(out.size(), false);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      arrival& a = out[i];
       const team_rule& team = pick_team(teams, d);
       if (!a.team.empty()) continue;  // a capture keeps who sent it
       a.team = team.name;
       a.model = team.model;
       a.tier = team.tier;
+      silent[i] = team.rate_multiplier <= 0;  // a baseline without this team: same draws for the rest
       if (a.blocks.empty()) prompts.fill(a, team);
     }
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (silent[i]) continue;
+      if (k != i) out[k] = std::move(out[i]);
+      ++k;
+    }
+    out.resize(k);
   } else {
     if (s.rate <= 0) return std::string("rate must be positive");
     // A scenario asking for more requests than a run can hold is refused before it starts.

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include <caf/all.hpp>
+#include <xxhash.h>
 
 #include "actors/loader.hpp"
 #include "actors/node_supervisor.hpp"
@@ -237,7 +238,8 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       rec.tier = a.tier;
       rec.asked_output = a.output_tokens;
       // The global balancer: a conversation (or a request without one) keeps to one region.
-      const std::uint64_t key = a.conversation.empty() ? next : std::hash<std::string>{}(a.conversation);
+      const std::uint64_t key =
+          a.conversation.empty() ? next : XXH3_64bits(a.conversation.data(), a.conversation.size());
       const std::size_t ri = static_cast<std::size_t>(key % regions.size());
       region_rt& r = *regions[ri];
       actors::request req;

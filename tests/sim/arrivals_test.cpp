@@ -194,6 +194,23 @@ TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines nam
   CHECK(!scaled[0].blocks.empty());
   CHECK(scaled[0].team == "sim");
 
+  // Teams by rule on a trace; a team at multiplier 0 drops out and the others keep their draws.
+  std::string many = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+  for (int i = 0; i < 200; ++i) many += "2023-11-16 10:00:" + std::to_string(10 + i / 10) + "." + std::to_string(i % 10) + ",100,10\n";
+  s.trace = temp_file("many.csv", many);
+  s.teams = {{"a", "", 1, kiln::engine::priority::standard, 0, 1}, {"b", "", 1, kiln::engine::priority::batch, 0, 1}};
+  const auto both = make(s);
+  s.teams[1].rate_multiplier = 0;
+  const auto only_a = make(s);
+  std::vector<double> a_times;
+  for (const auto& x : both)
+    if (x.team == "a") a_times.push_back(x.t);
+  REQUIRE(a_times.size() > 50);
+  REQUIRE(a_times.size() < 150);
+  REQUIRE(only_a.size() == a_times.size());
+  for (std::size_t i = 0; i < only_a.size(); ++i) CHECK(only_a[i].t == a_times[i]);
+  s.teams.clear();
+
   const std::string jl = temp_file("m.jsonl",
                                    "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 5, \"hash_ids\": [7, 8, 9]}\n"
                                    "{\"timestamp\": 500, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [7, 8]}\n");
