@@ -206,10 +206,12 @@ step_result engine_core::coast(int steps) {
   if (!sim || steps <= 0) return result;
   const auto order = sched_.running_in_order();
   std::vector<seq_id> ids;
-  for (const seq_status* st : order) ids.push_back(st->id);
-  sched_.bulk_decode(steps, [&](const seq_status& st) {
-    return sim->token_at(seqs_.at(st.id).answer_seed, st.generated);
-  });
+  std::vector<std::uint64_t> seeds;
+  for (const seq_status* st : order) {
+    ids.push_back(st->id);
+    seeds.push_back(seqs_.at(st->id).answer_seed);
+  }
+  sched_.bulk_decode(steps, [&](std::size_t i, int position) { return sim->token_at(seeds[i], position); });
   result.batch_size = static_cast<int>(ids.size());
   for (seq_id id : ids) {
     sequence& s = seqs_.at(id);

@@ -89,7 +89,7 @@ int scheduler::blocks_for_decode(int steps) const {
   return n;
 }
 
-void scheduler::bulk_decode(int steps, const std::function<token_id(const seq_status&)>& token) {
+void scheduler::bulk_decode(int steps, const std::function<token_id(std::size_t, int)>& token) {
   std::vector<seq_status*> order = ordered(true);
   std::vector<token_id> sampled(order.size());
   for (int k = 0; k < steps; ++k) {
@@ -100,7 +100,7 @@ void scheduler::bulk_decode(int steps, const std::function<token_id(const seq_st
       const auto more = pool_.allocate(need);
       s->blocks.insert(s->blocks.end(), more.begin(), more.end());
     }
-    for (std::size_t i = 0; i < order.size(); ++i) sampled[i] = token(*order[i]);
+    for (std::size_t i = 0; i < order.size(); ++i) sampled[i] = token(i, order[i]->generated);
     // ... and update() applies the step in the same order.
     for (std::size_t i = 0; i < order.size(); ++i) {
       seq_status& s = *order[i];

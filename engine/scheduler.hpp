@@ -100,10 +100,11 @@ class scheduler {
   bool steady_decode() const;
   /// Blocks that `steps` more decodes of every running sequence take from the pool.
   int blocks_for_decode(int steps) const;
-  /// Runs `steps` decode steps exactly as schedule() and update() would, each sequence's token
-  /// for a step from `token(seq)` (called before the step applies). Only while steady_decode()
-  /// holds, with blocks_for_decode(steps) blocks free (nothing is preempted).
-  void bulk_decode(int steps, const std::function<token_id(const seq_status&)>& token);
+  /// Runs `steps` decode steps exactly as schedule() and update() would. Each step's token of
+  /// the i-th sequence of running_in_order() is `token(i, its tokens generated so far)`. Only
+  /// while steady_decode() holds, with blocks_for_decode(steps) blocks free (nothing is
+  /// preempted).
+  void bulk_decode(int steps, const std::function<token_id(std::size_t, int)>& token);
   const scheduler_limits& limits() const { return limits_; }
   const kv_block_pool& pool() const { return pool_; }
 

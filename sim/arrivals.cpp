@@ -14,9 +14,13 @@ namespace kiln::sim {
 
 namespace {
 
+/// Two words to one, well mixed (the splitmix64 finalizer over a combination): a few
+/// multiplies, as it runs for every prompt token the simulator makes.
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
-  const std::uint64_t both[2] = {a, b};
-  return XXH3_64bits(both, sizeof both);
+  std::uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 std::uint64_t hash_of(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
