@@ -131,9 +131,8 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.retried = r.retried;
   m.virtual_s = r.virtual_s;
   std::vector<double> ttft, tpot, stream_rate;
-  std::int64_t prompt = 0, cached = 0, out = 0;
+  std::int64_t prompt = 0, cached = 0;
   for (const auto& q : r.requests) {
-    out += q.output;
     if (q.outcome == "completed") ++m.completed;
     else if (is_429(q)) ++m.rejected_429;
     else if (is_503(q)) ++m.shed_503;
@@ -156,7 +155,6 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.tpot_p50_ms = percentile(tpot, 0.50);
   m.tpot_p95_ms = percentile(tpot, 0.95);
   m.slowest_stream_tokens_per_s_p5 = percentile(stream_rate, 0.05);
-  (void)out;
   // Over the report ticks that cover the arrivals (a trace may end before the duration).
   const double window =
       std::max(s.report_interval_s, std::ceil(std::min(s.duration_s, r.arrivals_end) / s.report_interval_s - 1e-9) *
