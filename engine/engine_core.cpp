@@ -117,7 +117,12 @@ usage engine_core::usage_of(const sequence& s) const {
   usage u;
   u.prompt_tokens = static_cast<int>(s.req.prompt.size());
   u.completion_tokens = s.generated;
-  if (const seq_status* st = sched_.find(s.req.id)) u.cached_tokens = st->cached_tokens;
+  if (s.cached_tokens >= 0) {
+    u.cached_tokens = s.cached_tokens;
+  } else if (const seq_status* st = sched_.find(s.req.id)) {
+    u.cached_tokens = st->cached_tokens;
+    if (st->admitted_once) s.cached_tokens = st->cached_tokens;  // fixed from then on
+  }
   return u;
 }
 

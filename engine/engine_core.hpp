@@ -97,6 +97,7 @@ class engine_core {
     std::string text;        ///< all decoded text
     std::size_t emitted = 0; ///< bytes of text already returned
     int generated = 0;
+    mutable int cached_tokens = -1;  ///< once admitted, what its first admission found cached
   };
   /// Schedules the next step into plan_/slots_; sequences that outgrew the pool end in
   /// `result`. False when there is nothing to run.

@@ -194,7 +194,8 @@ step_plan scheduler::schedule() {
   int budget = limits_.max_tokens_per_step;
   // 1. Decodes of running sequences: one token each, so streams keep flowing. A decode that
   //    needs a new block may preempt the lowest-ranked running sequence (possibly itself).
-  for (seq_status* s : ordered(true)) {
+  const std::vector<seq_status*> running = ordered(true);
+  for (seq_status* s : running) {
     if (budget == 0) break;
     if (!s->running || s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) continue;
     const int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size());
@@ -208,7 +209,8 @@ step_plan scheduler::schedule() {
     --budget;
   }
   // 2. Prompt (or recompute) chunks of running sequences; their blocks came with admission.
-  for (seq_status* s : ordered(true)) {
+  //    (The same order: a sequence preempted in 1. is no longer running and is skipped.)
+  for (seq_status* s : running) {
     if (budget == 0) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
     if (!s->running || (s->computed >= s->prompt_len && left <= 1)) continue;
