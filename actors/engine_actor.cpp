@@ -1,5 +1,6 @@
 #include "actors/engine_actor.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <caf/all.hpp>
@@ -80,11 +81,13 @@ void engine_state::flush(job& j) {
   j.unsent_text.clear();
 }
 
+std::size_t engine_state::coast_steps_ended(caf::timespan elapsed) const {
+  return static_cast<std::size_t>(std::upper_bound(coast_ends.begin(), coast_ends.end(), elapsed) - coast_ends.begin());
+}
+
 engine_state::~engine_state() {
   if (coasting && core && clock) {
-    const caf::timespan elapsed = clock->now() - coast_from;
-    std::size_t done = 0;
-    while (done < coast_ends.size() && coast_ends[done] <= elapsed) ++done;
+    const std::size_t done = coast_steps_ended(clock->now() - coast_from);
     if (done > 0)
       for (auto& out : core->coast(static_cast<int>(done)).outputs)
         if (auto it = jobs.find(out.id); it != jobs.end()) it->second.unsent += out.new_tokens;
@@ -176,7 +179,8 @@ void send_outputs(stateful* self) {
       j.unsent += out.new_tokens;  // the rest of the stream goes at its end
       j.unsent_text += out.text;
     } else if (out.new_tokens > 0 || !out.text.empty() || j.unsent > 0) {
-      self->send(j.sink, stream_tokens{j.id, std::move(j.unsent_text) + out.text, j.unsent + out.new_tokens,
+      std::string text = j.unsent_text.empty() ? std::move(out.text) : std::move(j.unsent_text) + out.text;
+      self->send(j.sink, stream_tokens{j.id, std::move(text), j.unsent + out.new_tokens,
                                        first ? out.usage.prompt_tokens : -1, first ? out.usage.cached_tokens : -1});
       j.unsent = 0;
       j.unsent_text.clear();
@@ -245,8 +249,7 @@ void settle(stateful* self, bool wakeup = false) {
   st.coasting = false;
   ++st.coast_epoch;
   const caf::timespan elapsed = self->clock().now() - st.coast_from;
-  std::size_t done = 0;
-  while (done < st.coast_ends.size() && st.coast_ends[done] <= elapsed) ++done;
+  const std::size_t done = st.coast_steps_ended(elapsed);
   if (done > 0) {
     st.pending = st.core->coast(static_cast<int>(done));
     st.steps += done;

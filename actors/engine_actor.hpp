@@ -84,6 +84,8 @@ struct engine_state {
   std::vector<caf::timespan> coast_ends;  ///< each coasting step's end, after coast_from
   std::uint64_t coast_epoch = 0;          ///< a wakeup of an older coast is ignored
   caf::actor_clock* clock = nullptr;      ///< for the tokens of a coast cut short by the engine's end
+  /// Coasting steps that have ended `elapsed` after coast_from.
+  std::size_t coast_steps_ended(caf::timespan elapsed) const;
   std::uint64_t steps = 0;
   engine_load totals;           ///< received, prompt and cached token sums
   double load_seconds = 0;

@@ -13,6 +13,7 @@
 // nodes these two paths are not ordered against each other: a remote engine will need the
 // sink to fence attempts (or the owner to see tokens acknowledged) before retrying.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,8 @@ typename Inspector::result_type inspect(Inspector& f, replica_status& x) {
 /// engine_failed and the engine ends, as on a GPU error).
 enum class chaos_action : std::uint8_t { kill, freeze, slow, fail };
 std::string_view to_string(chaos_action a);
+/// The action a name (as to_string writes it) stands for; none for any other name.
+std::optional<chaos_action> chaos_action_from(std::string_view name);
 
 /// Freeze: stop answering for `seconds`; slow: step time x `factor` for `seconds`; fail.
 /// (Kill is an exit message, not this.)

@@ -36,6 +36,12 @@ std::string_view to_string(chaos_target t) {
   return "replica";
 }
 
+std::optional<chaos_target> chaos_target_from(std::string_view name) {
+  for (auto t : {chaos_target::engine, chaos_target::replica, chaos_target::router})
+    if (to_string(t) == name) return t;
+  return std::nullopt;
+}
+
 std::string replica_id_of(const config::pool_config& p, int i) {
   return p.model + "-" + p.version + "-r" + std::to_string(i);
 }

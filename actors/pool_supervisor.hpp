@@ -47,6 +47,8 @@ typename Inspector::result_type inspect(Inspector& f, drain_replica& x) {
 
 enum class chaos_target : std::uint8_t { engine, replica, router };
 std::string_view to_string(chaos_target t);
+/// The target a name (as to_string writes it) stands for; none for any other name.
+std::optional<chaos_target> chaos_target_from(std::string_view name);
 
 /// Admin: chaos at one actor. `id` is a replica id (engine, replica) or model@version
 /// (router); "random" lets the node choose.

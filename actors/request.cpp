@@ -97,4 +97,10 @@ std::string_view to_string(chaos_action a) {
   return "kill";
 }
 
+std::optional<chaos_action> chaos_action_from(std::string_view name) {
+  for (auto a : {chaos_action::kill, chaos_action::freeze, chaos_action::slow, chaos_action::fail})
+    if (to_string(a) == name) return a;
+  return std::nullopt;
+}
+
 }  // namespace kiln::actors

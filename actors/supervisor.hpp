@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor_addr.hpp>
 #include <caf/actor.hpp>
 #include <caf/actor_clock.hpp>
 #include <caf/fwd.hpp>

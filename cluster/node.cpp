@@ -152,7 +152,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
   md.gauges = gauges;
-  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md};
+  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md, nullptr};
   if (!opts.capture_path.empty()) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {

@@ -95,20 +95,17 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
   if (body.is_discarded() || !body.is_object()) return bad("The body must be a JSON object.", "");
   actors::chaos_request c;
   const std::string target = body.value("target", json("replica")).is_string() ? body.value("target", "replica") : "";
-  if (target == "engine") c.target = actors::chaos_target::engine;
-  else if (target == "replica") c.target = actors::chaos_target::replica;
-  else if (target == "router") c.target = actors::chaos_target::router;
-  else return bad("'target' must be engine, replica or router.", "target");
+  const auto t = actors::chaos_target_from(target);
+  if (!t) return bad("'target' must be engine, replica or router.", "target");
+  c.target = *t;
   const json id = body.value("id", json("random"));
   if (!id.is_string() || id.get<std::string>().empty()) return bad("'id' must be a name or \"random\".", "id");
   c.id = id.get<std::string>();
   const json action = body.value("action", json("kill"));
   const std::string a = action.is_string() ? action.get<std::string>() : "";
-  if (a == "kill") c.action = actors::chaos_action::kill;
-  else if (a == "freeze") c.action = actors::chaos_action::freeze;
-  else if (a == "slow") c.action = actors::chaos_action::slow;
-  else if (a == "fail") c.action = actors::chaos_action::fail;
-  else return bad("'action' must be kill, freeze, slow or fail.", "action");
+  const auto act = actors::chaos_action_from(a);
+  if (!act) return bad("'action' must be kill, freeze, slow or fail.", "action");
+  c.action = *act;
   const json seconds = body.value("seconds", json(5.0));
   if (!seconds.is_number() || !(seconds.get<double>() > 0 && seconds.get<double>() <= 3600))
     return bad("'seconds' must be a number in (0, 3600].", "seconds");

@@ -124,19 +124,6 @@ std::vector<std::string> targets(const region_rt& r, const std::string& model, c
   return out;
 }
 
-actors::chaos_action action_of(const std::string& a) {
-  if (a == "freeze") return actors::chaos_action::freeze;
-  if (a == "slow") return actors::chaos_action::slow;
-  if (a == "fail") return actors::chaos_action::fail;
-  return actors::chaos_action::kill;
-}
-
-actors::chaos_target target_of(const std::string& t) {
-  if (t == "engine") return actors::chaos_target::engine;
-  if (t == "router") return actors::chaos_target::router;
-  return actors::chaos_target::replica;
-}
-
 std::string fmt_time(double t) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", t);
@@ -273,9 +260,9 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       else ids = targets(r, model, version, e.count);
       for (const auto& id : ids) {
         actors::chaos_request c;
-        c.target = target_of(e.target);
+        c.target = *actors::chaos_target_from(e.target);  // checked when the scenario was read
         c.id = id;
-        c.action = action_of(e.action);
+        c.action = *actors::chaos_action_from(e.action);
         c.order.action = c.action;
         c.order.seconds = e.seconds;
         c.order.factor = e.factor;

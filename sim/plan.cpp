@@ -17,16 +17,6 @@ double dtype_bytes(std::string_view d) {
 
 namespace {
 
-double weight_bytes(const plan_assumptions& a) { return a.params * dtype_bytes(a.weight_dtype); }
-
-double kv_per_token(const plan_assumptions& a) {
-  return 2.0 * a.layers * a.kv_heads * a.head_dim * dtype_bytes(a.kv_dtype);
-}
-
-}  // namespace
-
-namespace {
-
 /// The engine's roofline model (what the sim executor steps by) for these assumptions.
 engine::cost_model model_of(const plan_assumptions& a, int tp) {
   engine::model_shape m;
@@ -113,7 +103,7 @@ tp_option option_for(const plan_assumptions& a, int tp) {
   o.tp = tp;
   o.replicas_per_node = std::max(1, a.gpus_per_node / std::max(1, tp));
   const double hbm = a.gpus_per_node * a.hbm_bytes_per_gpu;
-  o.weights_on_node = weight_bytes(a) * o.replicas_per_node;
+  o.weights_on_node = model_of(a, tp).weight_bytes() * o.replicas_per_node;
   o.kv_pool_bytes = hbm - hbm * a.runtime_reserve - o.weights_on_node;
   o.batch_at_slo = batch_at_slo(a, tp);
   if (o.batch_at_slo > 0) {
@@ -129,8 +119,9 @@ plan_figures derive(const plan_assumptions& a) {
   plan_figures f;
   const int tp = std::max(1, a.tensor_parallel);
   const double replicas_per_node = std::max(1, a.gpus_per_node / tp);
-  f.weight_bytes = weight_bytes(a);
-  f.kv_bytes_per_token = kv_per_token(a);
+  const engine::cost_model model = model_of(a, tp);
+  f.weight_bytes = model.weight_bytes();
+  f.kv_bytes_per_token = model.kv_bytes_per_token();
   f.node_hbm = a.gpus_per_node * a.hbm_bytes_per_gpu;
   f.reserve = f.node_hbm * a.runtime_reserve;
   f.kv_pool_bytes = f.node_hbm - f.reserve - f.weight_bytes * replicas_per_node;

@@ -20,6 +20,12 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
+std::string file_safe(std::string s) {
+  for (char& c : s)
+    if (c == '/' || c == '@' || c == ' ') c = '_';
+  return s;
+}
+
 std::string format_fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, std::isfinite(v) ? v : 0.0);
@@ -106,12 +112,6 @@ std::vector<double> tokens_by_interval(const run_result& r, std::uint32_t pool, 
 double imbalance_of(const pool_sample& s) {
   if (s.reporting == 0 || s.tokens_in_flight <= 0) return 0;
   return static_cast<double>(s.busiest_tokens) / (static_cast<double>(s.tokens_in_flight) / s.reporting);
-}
-
-std::string file_safe(std::string s) {
-  for (char& c : s)
-    if (c == '/' || c == '@' || c == ' ') c = '_';
-  return s;
 }
 
 std::string write_file(const fs::path& p, const std::string& text) {

@@ -9,6 +9,9 @@
 
 namespace kiln::sim {
 
+/// A run label as a file or folder name ('/', '@' and ' ' become '_').
+std::string file_safe(std::string s);
+
 /// A number with `digits` decimals ("%.*f"; non-finite as 0).
 std::string format_fixed(double v, int digits = 1);
 

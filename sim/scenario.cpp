@@ -8,6 +8,8 @@
 
 #include <toml++/toml.h>
 
+#include "actors/pool_supervisor.hpp"
+
 namespace kiln::sim {
 
 namespace {
@@ -147,10 +149,10 @@ void read_events(const toml::array& arr, std::vector<sim_event>& out) {
     sim_event e;
     r.number("at_s", e.at_s, 0, 1e9);
     r.text("action", e.action);
-    if (e.action != "kill" && e.action != "freeze" && e.action != "slow" && e.action != "fail")
+    if (!actors::chaos_action_from(e.action))
       r.fail("action", "must be kill, freeze, slow or fail (got \"" + e.action + "\")");
     r.text("target", e.target);
-    if (e.target != "replica" && e.target != "engine" && e.target != "router")
+    if (!actors::chaos_target_from(e.target))
       r.fail("target", "must be replica, engine or router (got \"" + e.target + "\")");
     r.number("count", e.count, 1, 1e6);
     r.text("model", e.model);

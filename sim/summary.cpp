@@ -15,12 +15,6 @@ std::string num(double v, int digits = 1) { return format_fixed(v, digits); }
 
 std::string pct(double v) { return num(100 * v) + "%"; }
 
-std::string safe(std::string s) {
-  for (char& c : s)
-    if (c == '/' || c == '@' || c == ' ') c = '_';
-  return s;
-}
-
 }  // namespace
 
 std::string write_summary(const std::vector<run_summary>& runs, const scenario& s, const std::string& dir,
@@ -52,7 +46,7 @@ std::string write_summary(const std::vector<run_summary>& runs, const scenario& 
   if (!capacity_note.empty()) o << "\n" << capacity_note << "\n";
   o << "\n## Runs\n";
   for (const auto& m : runs) {
-    const std::string d = safe(m.label);
+    const std::string d = file_safe(m.label);
     o << "\n### " << m.label << "\n\n";
     if (m.unfinished > 0) o << m.unfinished << " request(s) had not ended when the drain time ran out.\n\n";
     o << "| team | requests | completed | 429 | 503 | other errors | TTFT p95 ms |\n|---|---:|---:|---:|---:|---:|---:|\n";

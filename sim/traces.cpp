@@ -12,10 +12,6 @@ namespace kiln::sim {
 
 namespace {
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 std::string where(const std::string& path, std::size_t line) { return path + ":" + std::to_string(line) + ": "; }
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
@@ -129,11 +125,11 @@ std::variant<std::vector<arrival>, std::string> from_capture(const std::string& 
 }  // namespace
 
 std::variant<std::vector<arrival>, std::string> read_trace(const std::string& path) {
-  if (ends_with(path, ".kcap")) return from_capture(path);
+  if (path.ends_with(".kcap")) return from_capture(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot read trace " + path;
-  if (ends_with(path, ".csv")) return read_azure(in, path);
-  if (ends_with(path, ".jsonl")) return read_mooncake(in, path);
+  if (path.ends_with(".csv")) return read_azure(in, path);
+  if (path.ends_with(".jsonl")) return read_mooncake(in, path);
   return path + ": unknown trace format (.csv Azure, .jsonl Mooncake, .kcap kiln capture)";
 }
 
