@@ -26,8 +26,12 @@ class flat_index {
   std::size_t home(std::uint64_t key) const { return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
   void grow();
 
-  std::vector<std::uint64_t> keys_;
-  std::vector<std::int32_t> values_;  ///< kEmpty: a free slot (stored values are >= 0)
+  /// A key beside its value, so a probe touches one cache line, not two.
+  struct slot {
+    std::uint64_t key = 0;
+    std::int32_t value = kEmpty;  ///< kEmpty: a free slot (stored values are >= 0)
+  };
+  std::vector<slot> slots_;
   std::size_t mask_ = 0;
   int shift_ = 64;
   std::size_t size_ = 0;

@@ -27,7 +27,7 @@ class kv_block_pool {
   kv_block_pool(int num_blocks, int block_size);
 
   int block_size() const { return block_size_; }
-  int capacity() const { return static_cast<int>(refs_.size()) - 1; }
+  int capacity() const { return static_cast<int>(meta_.size()) - 1; }
   /// Blocks that allocate() can hand out now: unreferenced, cached or not.
   int num_free() const { return free_count_; }
 
@@ -45,20 +45,26 @@ class kv_block_pool {
   /// Registers a full block under its chain key (first registration wins).
   void cache(block_id b, block_hash key);
   std::optional<block_id> lookup(block_hash key) const;
-  bool is_free(block_id b) const { return refs_[static_cast<std::size_t>(b)] == 0; }
-  int ref_count(block_id b) const { return refs_[static_cast<std::size_t>(b)]; }
+  bool is_free(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs == 0; }
+  int ref_count(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs; }
   std::uint64_t evictions() const { return evictions_; }
 
  private:
   void unlink(block_id b);
   void push_back(block_id b);
 
+  /// One block's bookkeeping in one place, so touching a block costs one cache line.
+  struct block_meta {
+    block_hash key = 0;       ///< its cache key, when `keyed`
+    int refs = 0;
+    block_id prev = -1, next = -1;  ///< free list links; -1 = none
+    bool keyed = false;
+  };
+
   int block_size_;
-  std::vector<int> refs_;
-  std::vector<block_id> prev_, next_;          ///< free list links; -1 = none
+  std::vector<block_meta> meta_;
   block_id head_ = -1, tail_ = -1;             ///< head: evicted first
   int free_count_ = 0;
-  std::vector<std::optional<block_hash>> key_of_;
   flat_index by_key_;  ///< cached blocks by chain key (at most one key per block)
   std::uint64_t evictions_ = 0;
 };

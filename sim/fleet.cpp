@@ -1,8 +1,11 @@
 #include "sim/fleet.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <xxhash.h>
@@ -26,14 +29,14 @@ caf::timespan span_of(double s) {
 /// What the regions' sinks write into: one record per request, indexed by its id's counter.
 struct run_book {
   std::vector<request_record> records;
-  std::size_t done = 0;
+  std::atomic<std::size_t> done{0};  ///< counted by every region's collector
 };
 
 /// The sink's target: every client of a region, recorded at virtual time.
 class collector final : public actors::stream_target {
  public:
-  collector(run_book& book, caf::scheduler::test_coordinator& sched, clock_point start)
-      : book_(book), sched_(sched), start_(start) {}
+  collector(run_book& book, std::size_t& region_done, caf::scheduler::test_coordinator& sched, clock_point start)
+      : book_(book), region_done_(region_done), sched_(sched), start_(start) {}
   void on_tokens(actors::stream_tokens ev) override {
     request_record& r = at(ev.id);
     if (r.first_token < 0 && ev.tokens > 0) r.first_token = now();
@@ -50,6 +53,7 @@ class collector final : public actors::stream_target {
     r.cached = ev.cached_tokens;
     r.attempts = ev.attempts;
     ++book_.done;
+    ++region_done_;
   }
   void on_error(actors::stream_error ev) override {
     request_record& r = at(ev.id);
@@ -58,12 +62,14 @@ class collector final : public actors::stream_target {
     r.outcome = std::string(actors::to_string(ev.code));
     r.mid_stream = r.output > 0;
     ++book_.done;
+    ++region_done_;
   }
 
  private:
   request_record& at(const actors::request_id& id) { return book_.records[id.seq - 1]; }
   double now() const { return std::chrono::duration<double>(sched_.clock().now() - start_).count(); }
   run_book& book_;
+  std::size_t& region_done_;
   caf::scheduler::test_coordinator& sched_;
   clock_point start_;
 };
@@ -79,7 +85,7 @@ struct region_rt {
   caf::actor node, sink, admission;
   clock_point start;
 
-  region_rt(config::kiln_config c, run_book& book) {
+  region_rt(config::kiln_config c, run_book& book, std::size_t& done) {
     use_virtual_time(sys_cfg);
     sys = std::make_unique<caf::actor_system>(sys_cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
@@ -95,7 +101,7 @@ struct region_rt {
     tenants.index();
     d.tenants = std::make_shared<const config::tenancy>(std::move(tenants));
     node = actors::spawn_node(*sys, std::move(d));
-    sink = actors::spawn_stream_sink(*sys, std::make_shared<collector>(book, *sched, start));
+    sink = actors::spawn_stream_sink(*sys, std::make_shared<collector>(book, done, *sched, start));
     vt->run_ready();
     admission = caf::actor_cast<caf::actor>(sys->registry().get(actors::admission_name));
   }
@@ -132,6 +138,25 @@ std::string fmt_time(double t) {
 
 }  // namespace
 
+namespace {
+
+/// One region's share of a run: its arrivals and events, driven on its own thread. Regions
+/// do not talk to each other, so each runs to its own end; what they share is written at
+/// disjoint places (each request's record, each pool's samples) or merged after the join.
+struct region_run {
+  std::unique_ptr<region_rt> rt;
+  std::string name;
+  std::vector<std::size_t> arrivals;  ///< indexes into the run's arrivals
+  std::vector<std::size_t> events;    ///< indexes into the sorted events
+  std::vector<std::pair<std::size_t, std::string>> event_log;  ///< by event index
+  std::size_t done = 0;  ///< its requests ended (counted by its collector)
+  double now = 0;
+  double tick = 0;
+  std::string error;
+};
+
+}  // namespace
+
 std::variant<run_result, std::string> run_once(const scenario& s, const run_plan& plan, const progress_fn& progress) {
   const auto real_start = std::chrono::steady_clock::now();
   auto made = make_arrivals(plan.arrivals, s.seed);
@@ -146,6 +171,11 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     if (!plan.policy.empty()) p.routing = plan.policy;
   }
   const std::string first_model = fleet.models.empty() ? fleet.pools.front().model : fleet.models.front().name;
+  const int block_size = fleet.pools.front().block_size;
+  const int vocab = fleet.pools.front().shape.vocab;
+  // The oracle over every arrival, beside the run; redone after it over the served ones
+  // only when some request never reached an engine.
+  auto oracle_all = std::async(std::launch::async, [&] { return oracle_hit_rate(arrivals, block_size, vocab); });
 
   run_result res;
   res.label = plan.label;
@@ -163,135 +193,170 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   res.samples.resize(res.pools.size());
   book.records.resize(arrivals.size());
 
-  std::vector<std::unique_ptr<region_rt>> regions;
-  for (const auto& name : s.regions) {
+  std::vector<region_run> regions(s.regions.size());
+  for (std::size_t ri = 0; ri < regions.size(); ++ri) {
     config::kiln_config c = fleet;
-    c.region = name;
-    regions.push_back(std::make_unique<region_rt>(std::move(c), book));
-    if (!regions.back()->admission) return "region " + name + ": the node did not start its admission";
+    c.region = s.regions[ri];
+    regions[ri].name = s.regions[ri];
+    regions[ri].tick = s.report_interval_s;
+    regions[ri].rt = std::make_unique<region_rt>(std::move(c), book, regions[ri].done);
+    if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
+  }
+  // The global balancer: a conversation (or a request without one) keeps to one region.
+  for (std::size_t i = 0; i < arrivals.size(); ++i) {
+    const arrival& a = arrivals[i];
+    const std::uint64_t key = a.conversation.empty() ? i : XXH3_64bits(a.conversation.data(), a.conversation.size());
+    regions[static_cast<std::size_t>(key % regions.size())].arrivals.push_back(i);
+  }
+  std::vector<sim_event> events = s.events;
+  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_s < b.at_s; });
+  for (std::size_t k = 0; k < events.size(); ++k) {
+    const auto& e = events[k];
+    const std::size_t ri = e.region.empty() ? 0
+                                            : static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), e.region) -
+                                                                       s.regions.begin());
+    regions[std::min(ri, regions.size() - 1)].events.push_back(k);
   }
 
   const double end_of_arrivals = arrivals.empty() ? 0 : arrivals.back().t;
   const double horizon = std::max(s.duration_s, end_of_arrivals) + s.drain_s;
-  std::size_t next = 0, next_event = 0;
-  std::vector<sim_event> events = s.events;
-  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_s < b.at_s; });
-  double tick = s.report_interval_s;
-  double now = 0;
   const std::uint64_t origin = 0x5133;
 
-  auto sample = [&](double t) {
-    for (std::size_t ri = 0; ri < regions.size(); ++ri) {
-      const region_rt& r = *regions[ri];
-      const auto engines = r.gauges->engines();
-      const auto replicas = r.gauges->replicas();
-      const auto queues = r.gauges->queues();
-      for (const auto& p : r.cfg->pools) {
-        const std::uint32_t idx = pool_index.at(s.regions[ri] + "/" + p.model + "@" + p.version);
-        pool_sample ps;
-        ps.t = t;
-        for (const auto& e : engines) {
-          if (e.model != p.model || e.version != p.version) continue;
-          ps.tokens_in_flight += e.tokens_in_flight;
-          ps.busiest_tokens = std::max(ps.busiest_tokens, e.tokens_in_flight);
-          ps.engine_waiting += e.waiting;
-          ++ps.reporting;
-        }
-        for (const auto& g : replicas)
-          if (g.model == p.model && g.version == p.version) ++ps.phases[g.phase];
-        const std::string key = p.model + "@" + p.version;
-        const char* tiers[3] = {"interactive", "standard", "batch"};
-        for (int k = 0; k < 3; ++k) {
-          auto it = queues.find({key, tiers[k]});
-          if (it != queues.end()) ps.queued[k] = static_cast<std::int64_t>(it->second);
-        }
-        res.samples[idx].push_back(std::move(ps));
+  auto sample = [&](region_run& rr, double t) {
+    const region_rt& r = *rr.rt;
+    const auto engines = r.gauges->engines();
+    const auto replicas = r.gauges->replicas();
+    const auto queues = r.gauges->queues();
+    for (const auto& p : r.cfg->pools) {
+      const std::uint32_t idx = pool_index.at(rr.name + "/" + p.model + "@" + p.version);
+      pool_sample ps;
+      ps.t = t;
+      for (const auto& e : engines) {
+        if (e.model != p.model || e.version != p.version) continue;
+        ps.tokens_in_flight += e.tokens_in_flight;
+        ps.busiest_tokens = std::max(ps.busiest_tokens, e.tokens_in_flight);
+        ps.engine_waiting += e.waiting;
+        ++ps.reporting;
       }
+      for (const auto& g : replicas)
+        if (g.model == p.model && g.version == p.version) ++ps.phases[g.phase];
+      const std::string key = p.model + "@" + p.version;
+      const char* tiers[3] = {"interactive", "standard", "batch"};
+      for (int k = 0; k < 3; ++k) {
+        auto it = queues.find({key, tiers[k]});
+        if (it != queues.end()) ps.queued[k] = static_cast<std::int64_t>(it->second);
+      }
+      res.samples[idx].push_back(std::move(ps));
     }
   };
 
-  while (true) {
-    const double t_arrival = next < arrivals.size() ? arrivals[next].t : 1e300;
-    const double t_event = next_event < events.size() ? events[next_event].at_s : 1e300;
-    const double t = std::min({t_arrival, t_event, tick});
-    if (t > horizon) break;
-    for (auto& r : regions) r->advance_to(t);
-    now = t;
-    if (t == t_arrival) {
-      const arrival& a = arrivals[next];
-      request_record& rec = book.records[next];
-      rec.arrival = a.t;
-      rec.team = a.team;
-      rec.tier = a.tier;
-      rec.asked_output = a.output_tokens;
-      // The global balancer: a conversation (or a request without one) keeps to one region.
-      const std::uint64_t key =
-          a.conversation.empty() ? next : XXH3_64bits(a.conversation.data(), a.conversation.size());
-      const std::size_t ri = static_cast<std::size_t>(key % regions.size());
-      region_rt& r = *regions[ri];
-      actors::request req;
-      req.id = {origin, next + 1};
-      req.team = a.team;
-      req.model = a.model.empty() ? first_model : a.model;
-      const std::string version = r.cfg->live_version(req.model);
-      const config::pool_config* pool = r.cfg->pool_for(req.model, version);
-      if (!pool) return "arrivals ask for model '" + req.model + "', which the fleet does not serve";
-      rec.pool = pool_index.at(s.regions[ri] + "/" + req.model + "@" + version);
-      req.priority = a.tier;
-      req.conversation_id = a.conversation;
-      req.sampling.max_tokens = std::max(1, a.output_tokens);
-      req.sampling.temperature = 0.7;
-      req.sampling.seed = next + 1;
-      req.prompt = prompt_of(a, pool->shape.vocab);
-      req.sink = r.sink;
-      caf::anon_send(r.admission, std::move(req));
-      ++next;
-    } else if (t == t_event) {
-      const sim_event& e = events[next_event++];
-      const std::size_t ri = e.region.empty()
-                                 ? 0
-                                 : static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), e.region) -
-                                                            s.regions.begin());
-      region_rt& r = *regions[ri];
-      const std::string model = e.model.empty() ? first_model : e.model;
-      const std::string version = r.cfg->live_version(model);
-      std::vector<std::string> ids;
-      if (e.target == "router") ids.assign(static_cast<std::size_t>(e.count), model + "@" + version);
-      else ids = targets(r, model, version, e.count);
-      for (const auto& id : ids) {
-        actors::chaos_request c;
-        c.target = *actors::chaos_target_from(e.target);  // checked when the scenario was read
-        c.id = id;
-        c.action = *actors::chaos_action_from(e.action);
-        c.order.action = c.action;
-        c.order.seconds = e.seconds;
-        c.order.factor = e.factor;
-        caf::anon_send(r.node, c);
-        res.event_log.push_back(fmt_time(t) + ": " + e.action + " " + e.target + " " + id + " (" + s.regions[ri] + ")");
+  // One region to its end: every arrival sent, each of its requests ended, the duration past.
+  auto drive = [&](region_run& rr, bool report) {
+    region_rt& r = *rr.rt;
+    std::size_t next = 0, next_event = 0;
+    while (true) {
+      const double t_arrival = next < rr.arrivals.size() ? arrivals[rr.arrivals[next]].t : 1e300;
+      const double t_event = next_event < rr.events.size() ? events[rr.events[next_event]].at_s : 1e300;
+      const double t = std::min({t_arrival, t_event, rr.tick});
+      if (t > horizon) break;
+      r.advance_to(t);
+      rr.now = t;
+      if (t == t_arrival) {
+        const std::size_t i = rr.arrivals[next++];
+        const arrival& a = arrivals[i];
+        request_record& rec = book.records[i];
+        rec.arrival = a.t;
+        rec.team = a.team;
+        rec.tier = a.tier;
+        rec.asked_output = a.output_tokens;
+        actors::request req;
+        req.id = {origin, i + 1};
+        req.team = a.team;
+        req.model = a.model.empty() ? first_model : a.model;
+        const std::string version = r.cfg->live_version(req.model);
+        const config::pool_config* pool = r.cfg->pool_for(req.model, version);
+        if (!pool) {
+          rr.error = "arrivals ask for model '" + req.model + "', which the fleet does not serve";
+          return;
+        }
+        rec.pool = pool_index.at(rr.name + "/" + req.model + "@" + version);
+        req.priority = a.tier;
+        req.conversation_id = a.conversation;
+        req.sampling.max_tokens = std::max(1, a.output_tokens);
+        req.sampling.temperature = 0.7;
+        req.sampling.seed = i + 1;
+        req.prompt = prompt_of(a, pool->shape.vocab);
+        req.sink = r.sink;
+        caf::anon_send(r.admission, std::move(req));
+      } else if (t == t_event) {
+        const std::size_t k = rr.events[next_event++];
+        const sim_event& e = events[k];
+        const std::string model = e.model.empty() ? first_model : e.model;
+        const std::string version = r.cfg->live_version(model);
+        std::vector<std::string> ids;
+        if (e.target == "router") ids.assign(static_cast<std::size_t>(e.count), model + "@" + version);
+        else ids = targets(r, model, version, e.count);
+        for (const auto& id : ids) {
+          actors::chaos_request c;
+          c.target = *actors::chaos_target_from(e.target);  // checked when the scenario was read
+          c.id = id;
+          c.action = *actors::chaos_action_from(e.action);
+          c.order.action = c.action;
+          c.order.seconds = e.seconds;
+          c.order.factor = e.factor;
+          caf::anon_send(r.node, c);
+          rr.event_log.emplace_back(k, fmt_time(t) + ": " + e.action + " " + e.target + " " + id + " (" + rr.name + ")");
+        }
+        r.vt->run_ready();
+      } else {
+        sample(rr, t);
+        rr.tick += s.report_interval_s;
+        if (report && progress)
+          progress(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count(), book.done.load(),
+                   arrivals.size());
+        if (next >= rr.arrivals.size() && rr.done >= rr.arrivals.size() && t >= s.duration_s) break;
       }
-      r.vt->run_ready();
-    } else {
-      sample(t);
-      tick += s.report_interval_s;
-      if (progress)
-        progress(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count(), book.done,
-                 arrivals.size());
-      if (next >= arrivals.size() && book.done >= arrivals.size() && t >= s.duration_s) break;
+    }
+  };
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t ri = 1; ri < regions.size(); ++ri) threads.emplace_back(drive, std::ref(regions[ri]), false);
+    drive(regions.front(), true);
+    for (auto& th : threads) th.join();
+  }
+  for (const auto& rr : regions)
+    if (!rr.error.empty()) return rr.error;
+  // The run ends when the last region does; the others report on, idle, to that time.
+  double end = 0;
+  for (const auto& rr : regions) end = std::max(end, rr.now);
+  for (auto& rr : regions) {
+    while (rr.now < end && rr.tick <= end) {
+      rr.rt->advance_to(rr.tick);
+      rr.now = rr.tick;
+      sample(rr, rr.tick);
+      rr.tick += s.report_interval_s;
     }
   }
-  res.virtual_s = now;
+  res.virtual_s = end;
   res.arrivals_end = end_of_arrivals;
-  for (const auto& r : regions) {
-    for (const auto& [key, n] : r->gauges->outcomes())
+  std::vector<std::pair<std::size_t, std::string>> log;
+  for (auto& rr : regions) {
+    for (const auto& [key, n] : rr.rt->gauges->outcomes())
       if (std::get<2>(key) == "retried") res.retried += n;
-    for (const auto& e : r->gauges->engines()) res.engine_steps += e.steps;
+    for (const auto& e : rr.rt->gauges->engines()) res.engine_steps += e.steps;
+    log.insert(log.end(), std::make_move_iterator(rr.event_log.begin()), std::make_move_iterator(rr.event_log.end()));
   }
+  std::stable_sort(log.begin(), log.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [k, line] : log) res.event_log.push_back(std::move(line));
   regions.clear();
   // The oracle over the same requests the engines served (a refused one was never there to hit).
-  std::vector<arrival> served;
-  for (std::size_t i = 0; i < arrivals.size(); ++i)
-    if (book.records[i].first_token >= 0) served.push_back(arrivals[i]);
-  res.oracle = oracle_hit_rate(served, fleet.pools.front().block_size, fleet.pools.front().shape.vocab);
+  res.oracle = oracle_all.get();
+  if (!std::all_of(book.records.begin(), book.records.end(), [](const auto& r) { return r.first_token >= 0; })) {
+    std::vector<arrival> served;
+    for (std::size_t i = 0; i < arrivals.size(); ++i)
+      if (book.records[i].first_token >= 0) served.push_back(arrivals[i]);
+    res.oracle = oracle_hit_rate(served, block_size, vocab);
+  }
   res.requests = std::move(book.records);
   res.real_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
   return res;
