@@ -16,13 +16,35 @@ stream_error refuse(const request& r, errc code, std::string message, std::strin
 
 }  // namespace
 
+static std::string routing_key(const request& r) {
+  if (!r.conversation_id.empty()) return r.conversation_id;
+  // A conversation's later turns repeat its opening: the first two messages (or tokens).
+  std::string key = r.team + '\n';
+  for (std::size_t i = 0; i < r.messages.size() && i < 2; ++i) key += r.messages[i].role + ':' + r.messages[i].content + '\n';
+  if (r.messages.empty())
+    key.append(reinterpret_cast<const char*>(r.prompt.data()), std::min<std::size_t>(r.prompt.size(), 64) * sizeof(std::int32_t));
+  return key;
+}
+
+std::string admission_state::version_of(const std::string& model, const request& r) const {
+  auto rt = routes.find(model);
+  if (rt == routes.end()) return cfg->live_version(model);
+  const config::model_route& route = rt->second.route;
+  const std::string& v = version_for(route, routing_key(r));
+  if (v != route.live) {
+    auto it = pools.find(model + "@" + v);
+    if (it == pools.end() || it->second.status != pool_status::serving || !it->second.router) return route.live;
+  }
+  return v;
+}
+
 std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::actor_clock::time_point now) const {
   std::string model = r.model, version;
   if (const auto at = model.find('@'); at != std::string::npos) {
     version = model.substr(at + 1);
     model.resize(at);
   } else {
-    version = cfg->live_version(model);
+    version = version_of(model, r);
   }
   auto it = pools.find(model + "@" + version);
   if (version.empty() || it == pools.end())
@@ -157,6 +179,52 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
   m = {};
 }
 
+// A copy of an admitted request for the model's shadow version: straight to its router,
+// outside the team's limits and the pool's gate; its output goes nowhere.
+void shadow(stateful* self, const request& r, const std::string& key) {
+  auto& st = self->state;
+  auto rt = st.routes.find(r.model);
+  if (rt == st.routes.end() || r.model.find('@') != std::string::npos) return;
+  const config::model_route& route = rt->second.route;
+  if (!shadow_copy(route, key) || route.shadow == r.version) return;
+  auto it = st.pools.find(r.model + "@" + route.shadow);
+  if (it == st.pools.end() || it->second.status != pool_status::serving || !it->second.router) return;
+  if (!st.discard) {
+    st.discard = self->spawn([](caf::event_based_actor* a) -> caf::behavior {
+      a->set_default_handler(caf::drop);
+      return {[](tick_atom) {}};
+    });
+  }
+  request copy = r;
+  copy.id.origin ^= 0x5348414457ull;  // "SHADW": apart from every client's id
+  copy.version = route.shadow;
+  copy.sink = st.discard;
+  copy.team.clear();  // not the team's use: neither charged nor metered to it
+  st.shadows[copy.id] = r.model;
+  self->request(it->second.router, caf::infinite, std::move(copy))
+      .then([] {}, [self, id = copy.id](caf::error&) { self->state.shadows.erase(id); });
+}
+
+// One request's end on a model under rollout, to its controller.
+bool report_outcome(stateful* self, const request_released& r) {
+  auto& st = self->state;
+  auto sh = st.shadows.find(r.id);
+  const bool is_shadow = sh != st.shadows.end();
+  const std::string model = is_shadow ? sh->second : r.model;
+  if (is_shadow) st.shadows.erase(sh);
+  auto rt = st.routes.find(model);
+  if (rt != st.routes.end() && rt->second.controller &&
+      (!rt->second.route.canary.empty() || !rt->second.route.shadow.empty())) {
+    outcome_sample s;
+    s.failed = r.failed;
+    s.ttft_s = r.ttft_s;
+    s.output_tokens = r.usage.completion_tokens;
+    s.completed = r.completed;
+    self->send(rt->second.controller, outcome_report{r.version, is_shadow, s});
+  }
+  return is_shadow;
+}
+
 void sweep(stateful* self) {
   auto& st = self->state;
   st.sweep_armed = false;
@@ -222,6 +290,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           st.captured[r.id] = {t, r.team, static_cast<std::uint8_t>(r.priority), r.conversation_id,
                                config::block_hashes_of(r.prompt), static_cast<std::int32_t>(r.prompt.size()), 0};
         }
+        shadow(self, r, routing_key(r));
         const std::string team = r.team, model = r.model;
         pool_gate::moves m;
         st.gate(key).arrive(std::move(r), charge, share, now, m);
@@ -230,6 +299,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         arm_sweep(self);
       },
       [self](request_released& r) {
+        if (report_outcome(self, r)) return;  // a shadow copy: nothing was charged
         auto& st = self->state;
         const auto now = self->clock().now();
         st.ledger.release(r, now);
@@ -255,6 +325,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
       [self](pool_update& u) {
         self->state.pools[u.model + "@" + u.version] = std::move(u);
       },
+      [self](route_update& u) { self->state.routes[u.route.model] = std::move(u); },
   };
 }
 

@@ -16,6 +16,7 @@
 #include "actors/messages.hpp"
 #include "actors/pool_gate.hpp"
 #include "actors/pool_supervisor.hpp"
+#include "actors/rollout.hpp"
 #include "actors/team_ledger.hpp"
 #include "config/capture.hpp"
 #include "config/config.hpp"
@@ -38,6 +39,13 @@ struct admission_state {
   std::shared_ptr<config::capture_log> capture;  ///< null: no capture
   caf::actor_clock::time_point started;          ///< capture times count from here
   std::unordered_map<request_id, config::capture_record, request_id_hash> captured;  ///< until they end
+  std::map<std::string, route_update, std::less<>> routes;  ///< by model: live, canary, shadow
+  std::unordered_map<request_id, std::string, request_id_hash> shadows;  ///< shadow copies running: model
+  caf::actor discard;  ///< the sink of shadow copies (made on first use)
+
+  /// The version an alias request goes to: its route's canary or live version (a canary
+  /// whose pool does not serve yet leaves the request on the live version).
+  std::string version_of(const std::string& model, const request& r) const;
 
   /// The gate of a pool, made on first use from its config.
   pool_gate& gate(const std::string& key);

@@ -140,12 +140,14 @@ struct request_released {
   std::string version;
   std::string team;
   std::string model;
+  bool failed = false;  ///< kiln ended it with an error (not the client going away)
+  double ttft_s = -1;   ///< from the router taking it to its first token; -1: none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_released& x) {
   return f(caf::meta::type_name("request_released"), x.id, x.usage, x.usage_known, x.completed, x.version, x.team,
-           x.model);
+           x.model, x.failed, x.ttft_s);
 }
 
 /// Admission's word to the sink before the request runs: the team's token limit for the

@@ -14,16 +14,16 @@ namespace {
 
 using stateful = caf::stateful_actor<node_state>;
 
-const config::pool_config* pool_of_replica(const config::kiln_config& cfg, const std::string& replica_id) {
-  for (const auto& p : cfg.pools)
-    for (int i = 0; i < p.replicas; ++i)
-      if (replica_id_of(p, i) == replica_id) return &p;
+const config::pool_config* pool_of_replica(const node_state& st, const std::string& replica_id) {
+  for (const auto* p : st.all_pools())
+    for (int i = 0; i < p->replicas; ++i)
+      if (replica_id_of(*p, i) == replica_id) return p;
   return nullptr;
 }
 
-const config::pool_config* pool_named(const config::kiln_config& cfg, const std::string& key) {
-  for (const auto& p : cfg.pools)
-    if (p.model + "@" + p.version == key) return &p;
+const config::pool_config* pool_named(const node_state& st, const std::string& key) {
+  for (const auto* p : st.all_pools())
+    if (p->model + "@" + p->version == key) return p;
   return nullptr;
 }
 
@@ -31,14 +31,14 @@ const config::pool_config* pool_named(const config::kiln_config& cfg, const std:
 std::string pick_target(stateful* self, chaos_target t) {
   auto& st = self->state;
   std::vector<std::string> ids;
-  for (const auto& p : st.d.cfg->pools) {
-    auto it = st.pools.find(p.model + "@" + p.version);
+  for (const auto* p : st.all_pools()) {
+    auto it = st.pools.find(p->model + "@" + p->version);
     if (it == st.pools.end() || it->second.status != pool_status::serving) continue;
     if (t == chaos_target::router) {
-      ids.push_back(p.model + "@" + p.version);
+      ids.push_back(p->model + "@" + p->version);
       continue;
     }
-    for (int i = 0; i < p.replicas; ++i) ids.push_back(replica_id_of(p, i));
+    for (int i = 0; i < p->replicas; ++i) ids.push_back(replica_id_of(*p, i));
   }
   if (ids.empty()) return {};
   return ids[std::uniform_int_distribution<std::size_t>(0, ids.size() - 1)(st.rng)];
@@ -48,7 +48,7 @@ caf::result<chaos_report> on_chaos(stateful* self, chaos_request& c) {
   auto& st = self->state;
   if (c.id == "random") c.id = pick_target(self, c.target);
   const config::pool_config* p =
-      c.target == chaos_target::router ? pool_named(*st.d.cfg, c.id) : pool_of_replica(*st.d.cfg, c.id);
+      c.target == chaos_target::router ? pool_named(st, c.id) : pool_of_replica(st, c.id);
   if (!p)
     return caf::make_error(caf::sec::invalid_argument,
                            c.id.empty() ? "no pool is serving" : "no " + std::string(to_string(c.target)) + " named " + c.id);
@@ -65,9 +65,9 @@ caf::result<chaos_report> on_chaos(stateful* self, chaos_request& c) {
 caf::result<std::vector<pool_view>> on_pool_state(stateful* self, const std::string& model) {
   auto& st = self->state;
   std::vector<caf::actor> pools;
-  for (const auto& p : st.d.cfg->pools)
-    if (p.model == model)
-      if (auto a = st.sup.child(node_state::pool_child(p))) pools.push_back(a);
+  for (const auto* p : st.all_pools())
+    if (p->model == model)
+      if (auto a = st.sup.child(node_state::pool_child(*p))) pools.push_back(a);
   if (pools.empty()) return caf::make_error(caf::sec::invalid_argument, "The model '" + model + "' does not exist.");
   struct gather {
     std::vector<pool_view> views;
@@ -126,19 +126,8 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                      },
                      restart_policy::permanent});
   }
-  for (const auto& p : cfg->pools) {
-    pool_deps pd;
-    pd.cfg = std::make_shared<const config::pool_config>(p);
-    pd.region = cfg->region;
-    pd.gauges = st.d.gauges;
-    pd.loader = st.d.loader;
-    specs.push_back({node_state::pool_child(p),
-                     [pd](caf::local_actor* parent) mutable {
-                       pd.node = caf::actor_cast<caf::actor>(parent);
-                       return parent->system().spawn(pool_supervisor, pd);
-                     },
-                     restart_policy::permanent});
-  }
+  for (const auto& p : cfg->pools) specs.push_back(pool_child_spec(self, std::make_shared<const config::pool_config>(p)));
+  for (auto& c : rollout_child_specs(self)) specs.push_back(std::move(c));
   st.sup = supervisor({restart_strategy::one_for_one, 10, std::chrono::seconds(60)}, std::move(specs));
   self->system().registry().put(node_name, caf::actor_cast<caf::strong_actor_ptr>(self));
   st.sup.start_all(self);
@@ -154,9 +143,10 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
     for (const auto& id : out.restarted) {
       if (id != "admission") continue;
       for (const auto& [key, u] : st.pools) self->send(st.admission(), u);
+      for (const auto& [model, r] : st.routes) self->send(st.admission(), r);
     }
   });
-  return {
+  caf::message_handler calls{
       [self](pool_update& u) {
         auto& st = self->state;
         st.pools[u.model + "@" + u.version] = u;
@@ -169,7 +159,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
       [self](pool_state_request& r) { return on_pool_state(self, r.model); },
       [self](drain_replica& d) -> caf::result<std::string> {
         auto& st = self->state;
-        const config::pool_config* p = pool_of_replica(*st.d.cfg, d.replica_id);
+        const config::pool_config* p = pool_of_replica(st, d.replica_id);
         const caf::actor pool = p ? st.sup.child(node_state::pool_child(*p)) : caf::actor{};
         if (!pool) return caf::make_error(caf::sec::invalid_argument, "no replica named " + d.replica_id);
         auto rp = self->make_response_promise<std::string>();
@@ -180,6 +170,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
       },
       [self](chaos_request& c) { return on_chaos(self, c); },
   };
+  return caf::behavior{calls.or_else(node_version_calls(self))};
 }
 
 caf::actor spawn_node(caf::actor_system& sys, node_deps deps) { return sys.spawn(node_supervisor, std::move(deps)); }

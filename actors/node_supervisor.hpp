@@ -15,6 +15,7 @@
 #include "actors/loader.hpp"
 #include "actors/meter.hpp"
 #include "actors/pool_supervisor.hpp"
+#include "actors/rollout.hpp"
 #include "actors/supervisor.hpp"
 #include "config/capture.hpp"
 #include "config/config.hpp"
@@ -61,21 +62,44 @@ struct node_deps {
   std::shared_ptr<config::tenancy_board> board;   ///< where the store writer publishes
   meter_deps meter;                               ///< wal_prefix empty: no meter
   std::shared_ptr<config::capture_log> capture;   ///< null: no capture of served requests
+  /// Stored routes, each with its previous version's seconds left (-1: none); a model
+  /// without one routes to its configured live version.
+  std::vector<std::pair<config::model_route, double>> routes;
 };
 
 struct node_state {
   node_deps d;
   supervisor sup;
   std::map<std::string, pool_update> pools;  ///< by model@version
+  std::map<std::string, route_update> routes;  ///< by model, as the controllers set them
+  /// Pools of registered versions started at run time (beside the configured ones).
+  std::vector<std::shared_ptr<const config::pool_config>> added;
   std::mt19937_64 rng;
+
+  /// Every pool: configured, then added.
+  std::vector<const config::pool_config*> all_pools() const;
 
   caf::actor admission() const { return sup.child("admission"); }
   /// The pool child's id for a pool config.
-  static std::string pool_child(const config::pool_config& p) { return "pool:" + p.model + "@" + p.version; }
+  static std::string pool_child(const config::pool_config& p) { return pool_child(p.model, p.version); }
+  static std::string pool_child(const std::string& model, const std::string& version) {
+    return "pool:" + model + "@" + version;
+  }
   static inline const char* name = "kiln.node";
 };
 
 caf::behavior node_supervisor(caf::stateful_actor<node_state>* self, node_deps deps);
+
+// Versions at run time (actors/node_versions.cpp).
+/// The child that supervises one pool.
+child_spec pool_child_spec(caf::stateful_actor<node_state>* self, std::shared_ptr<const config::pool_config> p);
+/// One rollout controller per model the node serves.
+std::vector<child_spec> rollout_child_specs(caf::stateful_actor<node_state>* self);
+/// ensure_pool, pool_phase, retire_pool, route_update and the admin rollout calls.
+caf::message_handler node_version_calls(caf::stateful_actor<node_state>* self);
+/// A registered version's pool: the model's live pool with the version's directory, files,
+/// template and replicas (engine_config's "replicas", else the live pool's).
+std::optional<config::pool_config> pool_for_version(const node_state& st, const config::model_version& v);
 
 /// Spawns the node's tree; the caller keeps the handle and stops it with stop_node.
 caf::actor spawn_node(caf::actor_system& sys, node_deps deps);

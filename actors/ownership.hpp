@@ -21,6 +21,7 @@ struct owned_request {
   bool first_token = false;         ///< tokens may have reached the client: no retry
   bool retried = false;             ///< counts against the retry budget until it ends
   caf::actor_clock::time_point since;
+  double ttft_s = -1;               ///< seconds from `since` to its first token
 };
 
 /// At most this many attempts per request (the first and two retries).

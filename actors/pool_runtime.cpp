@@ -38,6 +38,12 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
       break;
   }
   const std::string dir = cfg.resolved_model_dir();
+  if (!cfg.registered_files.empty()) {
+    if (auto bad = config::verify_model_dir(dir, cfg.registered_files); !bad.empty()) {
+      rt->failure = "the files do not match version " + cfg.version + ": " + bad;
+      return rt;
+    }
+  }
   if (!cfg.make_if_absent.empty() && !std::filesystem::exists(dir)) {
     if (auto e = engine::make_tiny_model(dir, cfg.make_if_absent); !e.empty()) {
       rt->failure = "cannot create " + dir + ": " + e;
@@ -52,6 +58,14 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
   auto& m = std::get<engine::loaded_model>(loaded);
   rt->tokenizer = m.tokenizer;
   rt->tmpl = m.tmpl;
+  if (!cfg.chat_template.empty()) {
+    auto t = engine::chat_template::make(cfg.chat_template, m.tmpl->bos(), m.tmpl->eos());
+    if (auto* e = std::get_if<std::string>(&t)) {
+      rt->failure = "version " + cfg.version + ": its chat template does not parse: " + *e;
+      return rt;
+    }
+    rt->tmpl = std::make_shared<const engine::chat_template>(std::move(std::get<engine::chat_template>(t)));
+  }
   rt->weights = m.weights;
   rt->load_seconds = m.load_seconds;
   return rt;

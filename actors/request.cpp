@@ -38,6 +38,7 @@ std::string_view to_string(errc e) {
     case errc::engine_failed: return "engine_failed";
     case errc::timed_out: return "timed_out";
     case errc::shutting_down: return "shutting_down";
+    case errc::conflict: return "conflict";
     case errc::internal: return "internal";
   }
   return "internal";
@@ -60,6 +61,7 @@ bool retryable(errc e) {
     case errc::retry_budget:
     case errc::timed_out:
     case errc::shutting_down:
+    case errc::conflict:
     case errc::internal:
       return false;
   }

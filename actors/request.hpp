@@ -73,6 +73,7 @@ enum class errc : std::uint8_t {
   engine_failed,     ///< its engine failed (a device error)
   timed_out,         ///< no first token, or no end, within the pool's deadlines
   shutting_down,     ///< the node is stopping
+  conflict,          ///< it contradicts what is stored (a registered version never changes)
   internal,          ///< a broken invariant
 };
 

@@ -182,10 +182,12 @@ usage_note note_of(stateful* self, const owned_request& o, const engine::usage& 
 // a usage report, a request that had no first token used nothing; one that had is charged in
 // full and metered with its prompt (its engine took the count with it).
 void release(stateful* self, const owned_request& o, std::optional<engine::usage> used, bool completed,
-             bool metered = false) {
+             bool metered = false, bool failed = false) {
   request_released r;
   r.id = o.req.id;
   r.completed = completed;
+  r.failed = failed;
+  r.ttft_s = o.ttft_s;
   r.version = self->state.cfg.version;
   r.team = o.req.team;
   r.model = self->state.cfg.model;
@@ -207,7 +209,7 @@ void fail(stateful* self, owned_request& o, errc code, std::string message, std:
   st.count(code);
   if (o.first_token && st.gauges) st.gauges->count_outcome(st.cfg.model, st.cfg.version, "failed_mid_stream");
   self->send(o.req.sink, stream_error{o.req.id, code, std::move(message), "", retry_after_s});
-  release(self, o, used, false);
+  release(self, o, used, false, false, true);
   st.owned.erase(o.req.id);
 }
 
@@ -385,7 +387,10 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
         return caf::unit;  // admission's acknowledgement
       },
       [self](first_token& f) {
-        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) o->first_token = true;
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) {
+          o->first_token = true;
+          o->ttft_s = std::chrono::duration<double>(self->clock().now() - o->since).count();
+        }
       },
       [self](job_done& d) { on_done(self, d); },
       [self](job_failed& f) {

@@ -11,20 +11,6 @@ namespace kiln::actors {
 namespace {
 
 using stateful = caf::stateful_actor<store_writer_state>;
-using stored_atom = caf::atom_constant<caf::atom("stored")>;
-
-// Runs `op` on the writer's thread; `then` runs in the actor with what it returned.
-template <class R>
-void on_disk(stateful* self, std::function<R(config::store&)> op, std::function<void(R&)> then) {
-  auto& st = self->state;
-  const std::uint64_t ticket = ++st.next_ticket;
-  auto result = std::make_shared<std::optional<R>>();
-  st.pending[ticket] = [result, then = std::move(then)] { then(**result); };
-  st.thread->run([db = st.db, op = std::move(op), result, handle = caf::actor_cast<caf::actor>(self), ticket] {
-    *result = op(*db);
-    caf::anon_send(handle, stored_atom::value, ticket);  // the message orders the write before the read
-  });
-}
 
 // What a call that changes the tenancy brings back: an error, or the tenancy after it.
 struct changed {
@@ -49,7 +35,7 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
   st.thread = make_thread_loader(1);
   st.board = std::move(board);
   st.node = std::move(node);
-  return {
+  caf::message_handler tenancy_calls{
       [self](stored_atom, std::uint64_t ticket) {
         auto it = self->state.pending.find(ticket);
         if (it == self->state.pending.end()) return;
@@ -157,6 +143,7 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
         return rp;
       },
   };
+  return caf::behavior{tenancy_calls.or_else(registry_calls(self))};
 }
 
 }  // namespace kiln::actors

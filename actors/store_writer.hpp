@@ -11,7 +11,10 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/message_handler.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <optional>
 
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
@@ -111,6 +114,25 @@ struct store_writer_state {
   std::unordered_map<std::uint64_t, std::function<void()>> pending;  ///< what runs when a call ends
   static inline const char* name = "kiln.store";
 };
+
+using stored_atom = caf::atom_constant<caf::atom("stored")>;
+
+/// Runs `op` on the writer's thread; `then` runs in the actor with what it returned.
+template <class R>
+void on_disk(caf::stateful_actor<store_writer_state>* self, std::function<R(config::store&)> op,
+             std::function<void(R&)> then) {
+  auto& st = self->state;
+  const std::uint64_t ticket = ++st.next_ticket;
+  auto result = std::make_shared<std::optional<R>>();
+  st.pending[ticket] = [result, then = std::move(then)] { then(**result); };
+  st.thread->run([db = st.db, op = std::move(op), result, handle = caf::actor_cast<caf::actor>(self), ticket] {
+    *result = op(*db);
+    caf::anon_send(handle, stored_atom::value, ticket);  // the message orders the write before the read
+  });
+}
+
+/// The registry's calls (actors/registry_calls.cpp): versions, routes, rollout rows.
+caf::message_handler registry_calls(caf::stateful_actor<store_writer_state>* self);
 
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self, std::shared_ptr<config::store> db,
                            std::shared_ptr<config::tenancy_board> board, caf::actor node);

@@ -107,6 +107,15 @@ void supervisor::stop_all(caf::local_actor*) {
   for (std::size_t i = specs_.size(); i-- > 0;) stop_child(i);
 }
 
+bool supervisor::add(caf::local_actor* self, child_spec spec) {
+  if (index_of(spec.id) < specs_.size()) return false;
+  policies_.push_back(spec.restart);
+  specs_.push_back(std::move(spec));
+  children_->emplace_back();
+  start_child(self, specs_.size() - 1);
+  return true;
+}
+
 bool supervisor::start(caf::local_actor* self, const std::string& id) {
   const std::size_t i = index_of(id);
   if (i == specs_.size() || (*children_)[i].handle) return false;

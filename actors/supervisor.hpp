@@ -81,6 +81,8 @@ class supervisor {
   /// Stops a child and leaves it stopped (drain, operator action).
   void stop(caf::local_actor* self, const std::string& id);
   void stop_all(caf::local_actor* self);
+  /// Adds a child after the others and starts it; false if the id is taken.
+  bool add(caf::local_actor* self, child_spec spec);
   /// Starts a child that is not running; false if unknown or running.
   bool start(caf::local_actor* self, const std::string& id);
   /// Starts every child that is not running, with a fresh restart history.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cluster/chaos_cli.hpp"
+#include "cluster/ops_cli.hpp"
 #include "cluster/node.hpp"
 #include "config/config.hpp"
 #include "engine/model_dir.hpp"
@@ -28,6 +29,10 @@ constexpr std::string_view kUsage =
     "             [--action kill|freeze|slow|fail] [--seconds 5s]\n"
     "                                          a drill against a running kiln: hit a random target\n"
     "                                          every period, print it and the pool state after\n"
+    "  kiln ops [--url URL] [--admin-key K] [--json] COMMAND ...\n"
+    "                                          operators' calls: pools, teams, limits, versions,\n"
+    "                                          register, rollout, decisions, alias, drain, chaos\n"
+    "                                          (kiln ops help lists them)\n"
     "  kiln sim SCENARIO.toml [--seed N] [--out DIR] [--trace FILE] [--rate R] [--policy P]\n"
     "                                          run kiln's actors on virtual time over a scenario's\n"
     "                                          arrivals; CSV series, charts and summary.md in DIR\n"
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
     if (rc == 2) std::cerr << kUsage;
     return rc;
   }
+  if (v[0] == "ops") return kiln::cluster::run_ops({v.begin() + 1, v.end()}, std::cout, std::cerr);
   if (v[0] == "sim") {
     const int rc = kiln::sim::run_sim({v.begin() + 1, v.end()}, std::cout, std::cerr);
     if (rc == 2) std::cerr << kUsage;

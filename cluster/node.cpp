@@ -152,7 +152,14 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
   md.gauges = gauges;
+  // Routes as stored: a promotion or a canary outlives a restart.
+  std::vector<std::pair<config::model_route, double>> routes;
+  for (auto& r : store->routes()) {
+    const double left = r.previous.empty() ? -1.0 : std::max<double>(0, static_cast<double>(r.previous_until - md.unix_at_start));
+    routes.emplace_back(std::move(r), left);
+  }
   actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md, nullptr};
+  nd.routes = std::move(routes);
   if (!opts.capture_path.empty()) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {

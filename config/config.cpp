@@ -110,6 +110,20 @@ server_config read_server(const toml::table& t) {
   return s;
 }
 
+rollout_config read_rollout(const toml::table& t) {
+  rollout_config o;
+  reader r(t, "rollout");
+  r.number("guard_window_s", o.guard_window_s, 1, 86400);
+  r.number("guard_min_requests", o.guard_min_requests, 1, 1e9);
+  r.number("check_interval_s", o.check_interval_s, 0.1, 3600);
+  r.number("error_rate_points", o.error_rate_points, 0, 100);
+  r.number("ttft_p95_increase", o.ttft_p95_increase, 0, 100);
+  r.number("output_length_change", o.output_length_change, 0, 100);
+  r.number("keep_previous_hours", o.keep_previous_hours, 0, 8760);
+  r.no_unknown_keys();
+  return o;
+}
+
 void read_shape(const toml::table& t, const std::string& path, engine::model_shape& m) {
   reader r(t, path);
   r.number("layers", m.layers, 1, 1000);
@@ -225,6 +239,7 @@ kiln_config read_root(const toml::table& root) {
   r.text("admin_key", c.admin_key);
   r.text("store_path", c.store_path);
   if (const auto* s = r.table("server")) c.server = read_server(*s);
+  if (const auto* s = r.table("rollout")) c.rollout = read_rollout(*s);
   each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
     team_config team;
     reader tr(t, path);

@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/model_hash.hpp"
 #include "engine/cost_model.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/sim_executor.hpp"
@@ -73,6 +74,9 @@ struct pool_config {
   /// sim executor: run steady decode between events as one timer, tokens sent in bulk without
   /// text (the simulator turns it on; a served stream would arrive in bursts).
   bool coast_steps = false;
+  /// A registered version's files with their SHA-256, checked before it loads (none: no check).
+  std::vector<file_hash> registered_files;
+  std::string chat_template;  ///< a registered version's template ("": the model directory's)
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;
@@ -86,6 +90,17 @@ struct pool_config {
   std::int64_t pool_capacity_tokens() const;
 };
 
+/// Rollout guards and the keeping of a replaced version ([rollout]).
+struct rollout_config {
+  double guard_window_s = 300;         ///< outcomes compared over this sliding window
+  int guard_min_requests = 50;         ///< per version in the window before a guard may act
+  double check_interval_s = 10;        ///< how often the guards are checked
+  double error_rate_points = 0.5;      ///< a canary erring this many percentage points more ...
+  double ttft_p95_increase = 0.20;     ///< ... or 20% slower to its p95 first token ...
+  double output_length_change = 0.15;  ///< ... or answering 15% longer or shorter: rollback
+  double keep_previous_hours = 24;     ///< a replaced live version stays loaded this long
+};
+
 /// A model's alias: `"model":"chat-7b"` means its live version.
 struct model_config {
   std::string name;
@@ -97,6 +112,7 @@ struct kiln_config {
   std::string admin_key;  ///< for /admin routes; empty: a random one is drawn at start
   std::string store_path = "~/.kiln/kiln.db";  ///< the control-plane store ("~/" is $HOME)
   server_config server;
+  rollout_config rollout;
   std::vector<team_config> teams;
   std::vector<model_config> models;  ///< every model served, with its live version
   std::vector<pool_config> pools;    ///< one per model@version

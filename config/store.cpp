@@ -1,4 +1,5 @@
 #include "config/store.hpp"
+#include "config/sqlite_statement.hpp"
 
 #include <openssl/evp.h>
 #include <sqlite3.h>
@@ -42,7 +43,24 @@ INSERT INTO meter_state(id, folded_seq) VALUES(1, 0);
 )sql";
 
 // Migrations by the version they produce; each runs in one transaction.
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2};
+// Version 3: the registry. Each version's hashed files, the chat template's text, the
+// route's shadow and previous version, and rollouts as one row per decision (version 1's
+// table was never written, so it is replaced).
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE model_versions ADD COLUMN chat_template TEXT;
+ALTER TABLE model_versions ADD COLUMN registered_at INTEGER;
+CREATE TABLE version_files(model TEXT, version TEXT, file TEXT, sha256 TEXT NOT NULL, PRIMARY KEY(model, version, file));
+ALTER TABLE models ADD COLUMN shadow_version TEXT;
+ALTER TABLE models ADD COLUMN shadow_percent REAL;
+ALTER TABLE models ADD COLUMN previous_version TEXT;
+ALTER TABLE models ADD COLUMN previous_until INTEGER;
+DROP TABLE rollouts;
+CREATE TABLE rollouts(seq INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, version TEXT NOT NULL,
+  stage TEXT CHECK(stage IN ('shadow','canary','live','retired')), percent REAL, started_at INTEGER,
+  guard_metrics TEXT, decision TEXT, reason TEXT);
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3};
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -58,46 +76,6 @@ std::string hex(const unsigned char* p, std::size_t n) {
   return out;
 }
 
-// One prepared statement; binds by position from 1, steps, reads columns.
-class statement {
- public:
-  statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) st_ = nullptr;
-  }
-  ~statement() { sqlite3_finalize(st_); }
-  bool ok() const { return st_ != nullptr; }
-  statement& bind(int i, const std::string& v) {
-    sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  statement& bind(int i, std::int64_t v) {
-    sqlite3_bind_int64(st_, i, v);
-    return *this;
-  }
-  statement& bind(int i, double v) {
-    sqlite3_bind_double(st_, i, v);
-    return *this;
-  }
-  /// True while there is a row.
-  bool row() { return st_ && sqlite3_step(st_) == SQLITE_ROW; }
-  /// Runs to completion; the error text, or nothing.
-  std::optional<std::string> run() {
-    if (!st_) return std::string(sqlite3_errmsg(db_));
-    const int rc = sqlite3_step(st_);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return std::string(sqlite3_errmsg(db_));
-    return std::nullopt;
-  }
-  std::string text(int c) const {
-    const auto* p = sqlite3_column_text(st_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
-  }
-  std::int64_t integer(int c) const { return sqlite3_column_int64(st_, c); }
-  double real(int c) const { return sqlite3_column_double(st_, c); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-};
 
 }  // namespace
 

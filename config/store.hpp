@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/registry.hpp"
 
 struct sqlite3;
 
@@ -86,7 +87,7 @@ class store {
 
   /// Opens the file (creating it and its directory), migrates it to the current schema.
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path);
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   int schema_version();
   const std::string& path() const { return path_; }
 
@@ -111,6 +112,25 @@ class store {
   /// A team's rows, minutes in [from, to], model "" for all.
   std::vector<usage_row> usage(const std::string& team, const std::string& model, std::int64_t from_minute,
                                std::int64_t to_minute);
+
+  // The registry (config/registry_store.cpp).
+  struct registered {
+    model_version version;
+    bool created = false;   ///< false: the same content was there (idempotent)
+    std::string conflict;   ///< non-empty: the version exists with other content (409)
+    std::string error;
+  };
+  registered register_version(const model_version& v);
+  std::vector<model_version> versions(const std::string& model);
+  std::optional<model_version> version(const std::string& model, const std::string& version);
+  std::optional<std::string> set_version_status(const std::string& model, const std::string& version, const std::string& status);
+  std::optional<std::string> set_load_test(const std::string& model, const std::string& version, double tokens_per_s,
+                                           double tokens_in_flight);
+  std::vector<model_route> routes();
+  std::optional<std::string> put_route(const model_route& r);
+  /// Records a decision; returns its sequence number (0 on failure).
+  std::int64_t add_rollout(const rollout_row& row);
+  std::vector<rollout_row> rollouts(const std::string& model);
 
  private:
   explicit store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

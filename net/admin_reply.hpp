@@ -2,6 +2,7 @@
 // What the admin handlers share (internal to net/): answering from a CAF thread, after an
 // actor replied, on the connection's strand; and turning an actor's failure into an answer.
 #include <memory>
+#include <cctype>
 #include <string>
 
 #include <caf/error.hpp>
@@ -18,6 +19,14 @@ inline void answer_json(const std::shared_ptr<exchange>& ex, int status, const n
 
 inline void answer_error(const std::shared_ptr<exchange>& ex, const api_error& e) {
   ex->post([ex, e] { ex->respond(e.status, error_json(e), "application/json", error_headers(e)); });
+}
+
+/// A name kiln can put in a URL and a label: letters, digits, '-', '_', '.', 1-64 of them.
+inline bool good_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  return true;
 }
 
 /// kiln's own errors map as everywhere (unknown names are 404 not_found); a bad name from

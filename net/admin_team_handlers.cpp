@@ -47,14 +47,6 @@ bool number(const std::shared_ptr<exchange>& ex, const json& body, const char* n
   return true;
 }
 
-// A name kiln can put in a URL and a label: letters, digits, '-', '_', '.', 1-64 of them.
-bool good_name(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
-  return true;
-}
-
 void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string& team) {
   const json body = json::parse(ex->request().body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");

@@ -27,6 +27,7 @@ api_error to_api_error(actors::errc code, std::string message, std::string param
     case errc::engine_failed: set(503, "server_error", "engine_failed"); break;
     case errc::timed_out: set(504, "server_error", "timeout"); break;
     case errc::shutting_down: set(503, "server_error", "shutting_down"); break;
+    case errc::conflict: set(409, "invalid_request_error", "conflict"); break;
     case errc::internal: set(500, "server_error", "internal_error"); break;
   }
   if (e.status == 429 || e.status == 503) e.retry_after_s = retry_after_s > 0 ? retry_after_s : 1;

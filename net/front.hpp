@@ -19,6 +19,7 @@ struct front {
 void add_openai_routes(front& f);
 void add_admin_routes(front& f);
 void add_team_routes(front& f);
+void add_model_routes(front& f);
 void add_ops_routes(front& f);
 
 }  // namespace kiln::net

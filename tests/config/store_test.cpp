@@ -176,19 +176,32 @@ TEST_CASE("store: a version 1 store migrates to the current version, keeping its
   {
     sqlite3* db = nullptr;
     sqlite3_open(t.path.c_str(), &db);
-    // What version 1 made: one team in it.
-    sqlite3_exec(db, "CREATE TABLE teams(team TEXT PRIMARY KEY, name TEXT, max_priority TEXT NOT NULL DEFAULT 'interactive');"
-                     "INSERT INTO teams VALUES('old','old','interactive'); PRAGMA user_version=1;",
+    // What version 1 made (the tables later versions change), one team in it.
+    sqlite3_exec(db,
+                 "CREATE TABLE teams(team TEXT PRIMARY KEY, name TEXT, max_priority TEXT NOT NULL DEFAULT 'interactive');"
+                 "CREATE TABLE models(model TEXT PRIMARY KEY, live_version TEXT, canary_version TEXT, canary_percent REAL);"
+                 "CREATE TABLE model_versions(model TEXT, version TEXT, weights_uri TEXT, weights_hash TEXT,"
+                 " tokenizer_hash TEXT, chat_template_hash TEXT, precision TEXT, gpus_per_replica INTEGER,"
+                 " engine_config TEXT, eval_report_uri TEXT, load_test_tokens_per_s REAL,"
+                 " load_test_tokens_in_flight REAL, status TEXT, PRIMARY KEY(model, version));"
+                 "CREATE TABLE rollouts(model TEXT, version TEXT, stage TEXT, percent REAL, started_at INTEGER,"
+                 " guard_metrics TEXT, decision TEXT);"
+                 "INSERT INTO teams VALUES('old','old','interactive');"
+                 "INSERT INTO models VALUES('chat-7b','v1',NULL,NULL); PRAGMA user_version=1;",
                  nullptr, nullptr, nullptr);
     sqlite3_close(db);
   }
   auto r = store::open(t.path);
-  // v1 here lacks v1's other tables, so the v2 step runs alone: meter_state appears, teams stay.
+  // v2 adds the meter's watermark, v3 the registry's columns and tables; the rows stay.
   REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
   auto& s = std::get<std::unique_ptr<store>>(r);
-  CHECK(s->schema_version() == 2);
+  CHECK(s->schema_version() == 3);
   CHECK(s->folded_seq() == 0);
   CHECK(sql_one(t.path, "SELECT team FROM teams") == "old");
+  auto routes = s->routes();
+  REQUIRE(routes.size() == 1);
+  CHECK(routes[0].live == "v1");
+  CHECK(routes[0].shadow.empty());
 }
 
 TEST_CASE("store: usage rows and the meter's watermark move together") {

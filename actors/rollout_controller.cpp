@@ -1,0 +1,274 @@
+#include <algorithm>
+#include <cstdio>
+
+#include <caf/all.hpp>
+
+#include "actors/registry_calls.hpp"
+#include "actors/request.hpp"
+#include "actors/rollout.hpp"
+
+namespace kiln::actors {
+
+namespace {
+
+using stateful = caf::stateful_actor<rollout_state>;
+using check_atom = caf::atom_constant<caf::atom("gcheck")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
+
+double now_s(stateful* self) {
+  return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
+}
+
+std::string stats_json(const window_stats& w) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, R"({"requests":%lld,"error_rate":%.4f,"ttft_p95_s":%.4f,"mean_output":%.2f})",
+                static_cast<long long>(w.requests), w.error_rate, w.ttft_p95_s, w.mean_output);
+  return buf;
+}
+
+rollout_view view_of(stateful* self) {
+  auto& st = self->state;
+  return {st.d.route, st.live.stats(), st.canary.stats(), st.shadow.stats(), st.shadow_live.stats(), st.decisions};
+}
+
+void publish(stateful* self, double keep_previous_s = 0) {
+  auto& st = self->state;
+  self->send(st.d.node, route_update{st.d.route, caf::actor_cast<caf::actor>(self)});
+  if (st.d.store) self->send(st.d.store, route_write{st.d.route, keep_previous_s});
+}
+
+void decide(stateful* self, const std::string& version, const std::string& stage, double percent,
+            const std::string& decision, const std::string& reason, std::string metrics = "{}") {
+  auto& st = self->state;
+  config::rollout_row row;
+  row.model = st.d.model;
+  row.version = version;
+  row.stage = stage;
+  row.percent = percent;
+  row.decision = decision;
+  row.reason = reason;
+  row.guard_metrics = std::move(metrics);
+  st.decisions.push_back(row);
+  if (st.d.store) self->send(st.d.store, rollout_write{std::move(row)});
+}
+
+void arm_check(stateful* self) {
+  auto& st = self->state;
+  const bool active = (!st.d.route.canary.empty() && st.d.route.canary_percent > 0) ||
+                      (!st.d.route.shadow.empty() && st.d.route.shadow_percent > 0);
+  if (!active || st.check_armed) return;
+  st.check_armed = true;
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.d.limits.check_interval_s)),
+                     check_atom::value);
+}
+
+void arm_retire(stateful* self, double seconds) {
+  auto& st = self->state;
+  ++st.retire_epoch;
+  if (st.d.route.previous.empty()) return;
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(std::max(0.0, seconds))),
+                     retire_atom::value, st.retire_epoch);
+}
+
+// Runs `then` with the registered version, or answers the promise with why there is none.
+template <class Then>
+void with_version(stateful* self, const std::string& version, caf::response_promise rp, Then then) {
+  auto& st = self->state;
+  if (!st.d.store) {
+    for (const auto& v : st.d.known)
+      if (v.version == version) {
+        then(v);
+        return;
+      }
+    rp.deliver(make_error(errc::unknown_model, "No version " + st.d.model + "@" + version + " is known."));
+    return;
+  }
+  self->request(st.d.store, std::chrono::seconds(30), version_call{st.d.model, version})
+      .then([then](config::model_version& v) mutable { then(v); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+}
+
+void check_guards(stateful* self) {
+  auto& st = self->state;
+  st.check_armed = false;
+  const double now = now_s(self);
+  const double w = st.d.limits.guard_window_s;
+  for (auto* win : {&st.live, &st.canary, &st.shadow, &st.shadow_live}) win->trim(now, w);
+  auto& r = st.d.route;
+  const window_stats live = st.live.stats();
+  if (!r.canary.empty() && r.canary_percent > 0) {
+    const window_stats c = st.canary.stats();
+    if (auto why = guard_breach(live, c, st.d.limits)) {
+      const std::string v = r.canary;
+      const double pct = r.canary_percent;
+      r.canary.clear();
+      r.canary_percent = 0;
+      st.canary.clear();
+      decide(self, v, "canary", pct, "rollback", *why,
+             R"({"live":)" + stats_json(live) + R"(,"candidate":)" + stats_json(c) + "}");
+      publish(self);
+    }
+  }
+  if (!r.shadow.empty() && r.shadow_percent > 0) {
+    const window_stats s = st.shadow.stats();
+    const window_stats base = st.shadow_live.stats();
+    if (auto why = guard_breach(base, s, st.d.limits)) {
+      const std::string v = r.shadow;
+      const double pct = r.shadow_percent;
+      r.shadow.clear();
+      r.shadow_percent = 0;
+      st.shadow.clear();
+      st.shadow_live.clear();
+      decide(self, v, "shadow", pct, "rollback", *why,
+             R"({"live":)" + stats_json(base) + R"(,"candidate":)" + stats_json(s) + "}");
+      publish(self);
+    }
+  }
+  arm_check(self);
+}
+
+caf::result<rollout_view> on_rollout(stateful* self, rollout_order& o) {
+  auto& st = self->state;
+  if (o.stage != "canary" && o.stage != "shadow")
+    return make_error(errc::invalid_request, "'stage' must be shadow or canary.");
+  if (!(o.percent >= 0 && o.percent <= 100)) return make_error(errc::invalid_request, "'percent' must be from 0 to 100.");
+  if (o.version == st.d.route.live)
+    return make_error(errc::conflict, o.model + "@" + o.version + " is the live version already.");
+  auto rp = self->make_response_promise<rollout_view>();
+  with_version(self, o.version, rp, [self, o, rp](const config::model_version& v) mutable {
+    if (v.status == "retired") {
+                rp.deliver(make_error(errc::conflict, o.model + "@" + o.version + " is retired."));
+                return;
+              }
+    self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{v})
+        .then(
+            [self, o, rp](std::string&) mutable {
+              auto& st = self->state;
+              auto& r = st.d.route;
+              const bool canary = o.stage == "canary";
+              std::string& ver = canary ? r.canary : r.shadow;
+              double& pct = canary ? r.canary_percent : r.shadow_percent;
+              std::string decision = o.percent == 0 ? "end" : ver != o.version || pct == 0 ? "start" : "advance";
+              if (ver != o.version) {
+                (canary ? st.canary : st.shadow).clear();
+                if (!canary) st.shadow_live.clear();
+              }
+              ver = o.percent == 0 ? "" : o.version;
+              pct = o.percent;
+              decide(self, o.version, o.stage, o.percent, decision, "by hand");
+              publish(self);
+              arm_check(self);
+              rp.deliver(view_of(self));
+            },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  });
+  return rp;
+}
+
+caf::result<rollout_view> on_alias(stateful* self, alias_order& o) {
+  auto& st = self->state;
+  if (o.version == st.d.route.live) return view_of(self);
+  auto rp = self->make_response_promise<rollout_view>();
+  with_version(self, o.version, rp, [self, o, rp](const config::model_version& v) mutable {
+    if (v.status == "retired") {
+                rp.deliver(make_error(errc::conflict, o.model + "@" + o.version + " is retired."));
+                return;
+              }
+    // The pool must exist and serve before the alias moves: the old version stays loaded.
+    self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{v})
+        .then(
+            [self, o, rp](std::string& status) mutable {
+              auto& st = self->state;
+              if (status != "serving") {
+                rp.deliver(make_error(errc::unavailable,
+                                      o.model + "@" + o.version + " is " + status + "; the alias moves once it serves."));
+                return;
+              }
+              auto& r = st.d.route;
+              const bool was_canary = r.canary == o.version;
+              const bool back = r.previous == o.version;
+              r.previous = r.live;
+              r.live = o.version;
+              if (r.canary == o.version) r.canary.clear(), r.canary_percent = 0;
+              if (r.shadow == o.version) r.shadow.clear(), r.shadow_percent = 0;
+              st.live.clear();
+              st.canary.clear();
+              st.shadow.clear();
+              st.shadow_live.clear();
+              decide(self, o.version, "live", 100, was_canary ? "promote" : back ? "rollback" : "alias",
+                     "by hand; " + r.previous + " kept loaded");
+              if (st.d.store) {
+                self->send(st.d.store, status_write{st.d.model, o.version, "live"});
+              }
+              const double keep = st.d.limits.keep_previous_hours * 3600;
+              publish(self, keep);
+              arm_retire(self, keep);
+              arm_check(self);
+              rp.deliver(view_of(self));
+            },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  });
+  return rp;
+}
+
+}  // namespace
+
+caf::behavior rollout_controller(stateful* self, rollout_deps deps) {
+  auto& st = self->state;
+  st.d = std::move(deps);
+  self->send(st.d.node, route_update{st.d.route, caf::actor_cast<caf::actor>(self)});
+  // A stored route may name registered versions no configured pool serves: start them.
+  for (const std::string* v : {&st.d.route.live, &st.d.route.canary, &st.d.route.shadow, &st.d.route.previous}) {
+    if (v->empty() || std::any_of(st.d.known.begin(), st.d.known.end(), [&](const auto& k) { return k.version == *v; }))
+      continue;
+    if (!st.d.store) continue;
+    self->request(st.d.store, std::chrono::seconds(30), version_call{st.d.model, *v})
+        .then(
+            [self](config::model_version& mv) {
+              self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{mv})
+                  .then([](std::string&) {}, [](caf::error&) {});
+            },
+              [self, v = *v](caf::error&) {
+                std::fprintf(stderr, "kiln: rollout %s: the stored route names %s, which is not registered\n",
+                             self->state.d.model.c_str(), v.c_str());
+              });
+  }
+  arm_check(self);
+  if (!st.d.route.previous.empty() && st.d.previous_left_s >= 0) arm_retire(self, st.d.previous_left_s);
+  return {
+      [self](rollout_order& o) { return on_rollout(self, o); },
+      [self](alias_order& o) { return on_alias(self, o); },
+      [self](rollout_query&) { return view_of(self); },
+      [self](outcome_report& r) {
+        auto& st = self->state;
+        r.sample.at = now_s(self);
+        if (r.shadow) {
+          if (r.version == st.d.route.shadow) st.shadow.add(r.sample);
+          return;
+        }
+        if (r.version == st.d.route.live) {
+          st.live.add(r.sample);
+          if (!st.d.route.shadow.empty()) st.shadow_live.add(r.sample);
+        } else if (r.version == st.d.route.canary) {
+          st.canary.add(r.sample);
+        }
+      },
+      [self](check_atom) { check_guards(self); },
+      [self](retire_atom, std::uint64_t epoch) {
+        auto& st = self->state;
+        auto& r = st.d.route;
+        if (epoch != st.retire_epoch || r.previous.empty() || r.previous == r.live || r.previous == r.canary ||
+            r.previous == r.shadow)
+          return;
+        const std::string v = r.previous;
+        r.previous.clear();
+        r.previous_until = 0;
+        decide(self, v, "retired", 0, "retire", "kept loaded for its time after the alias moved; drained");
+        if (st.d.store) self->send(st.d.store, status_write{st.d.model, v, "retired"});
+        self->send(st.d.node, retire_pool{st.d.model, v});
+        publish(self);
+      },
+  };
+}
+
+}  // namespace kiln::actors

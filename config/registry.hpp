@@ -1,0 +1,62 @@
+#pragma once
+// The model registry's records: immutable versions (what was registered, with its hashes),
+// each model's route (the alias, a canary or shadow beside it, the previous version kept
+// loaded), and one row per rollout decision with the metrics it was taken on.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_hash.hpp"
+
+namespace kiln::config {
+
+/// registered -> gated -> live | retired
+struct model_version {
+  std::string model;
+  std::string version;
+  std::string weights_uri;
+  std::string weights_hash;
+  std::string tokenizer_hash;
+  std::string chat_template;       ///< "" : the model directory's own
+  std::string chat_template_hash;  ///< of chat_template
+  std::string precision = "fp16";  ///< fp16, int8, 4bit
+  int gpus_per_replica = 1;
+  std::string engine_config = "{}";  ///< a JSON object
+  double load_test_tokens_per_s = 0;
+  double load_test_tokens_in_flight = 0;
+  std::string status = "registered";
+  std::int64_t registered_at = 0;
+  std::vector<file_hash> files;  ///< every hashed file, for the check at load
+
+  /// Whether two registrations say the same thing (status, gate figures and time aside).
+  bool same_content(const model_version& o) const;
+};
+
+/// Which versions a model's requests go to. Percentages are of requests, 0-100.
+struct model_route {
+  std::string model;
+  std::string live;
+  std::string canary;
+  double canary_percent = 0;
+  std::string shadow;
+  double shadow_percent = 0;
+  std::string previous;              ///< kept loaded after an alias change ...
+  std::int64_t previous_until = 0;   ///< ... until this unix time, then drained
+};
+
+/// One decision of a rollout: start, advance, promote, rollback, alias, retire.
+struct rollout_row {
+  std::int64_t seq = 0;
+  std::string model;
+  std::string version;
+  std::string stage;  ///< shadow, canary, live, retired
+  double percent = 0;
+  std::int64_t at = 0;  ///< unix seconds
+  std::string decision;
+  std::string reason;
+  std::string guard_metrics = "{}";  ///< JSON: the windows compared
+};
+
+bool valid_precision(const std::string& p);
+
+}  // namespace kiln::config

@@ -1,0 +1,143 @@
+// The registry's records: hashing a model directory, a tampered file named at the check,
+// versions immutable (same content idempotent, other content a conflict), routes and
+// rollout rows kept across a reopen.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/model_hash.hpp"
+#include "config/store.hpp"
+
+using namespace kiln::config;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() / ("kiln-registry-" + std::to_string(::getpid()) + "-" +
+                                               std::to_string(reinterpret_cast<std::uintptr_t>(this)));
+  temp_dir() { fs::create_directories(path / "model"); }
+  ~temp_dir() { fs::remove_all(path); }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path / "model" / name) << text; }
+  std::string model() const { return (path / "model").string(); }
+  std::unique_ptr<store> open() const {
+    auto r = store::open((path / "kiln.db").string());
+    REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
+    return std::move(std::get<std::unique_ptr<store>>(r));
+  }
+};
+
+model_version version_of(const temp_dir& d, const std::string& ver) {
+  auto h = hash_model_dir(d.model());
+  REQUIRE(h.index() == 0);
+  model_version v;
+  v.model = "tiny-chat";
+  v.version = ver;
+  v.weights_uri = "file://" + d.model();
+  v.weights_hash = std::get<0>(h).weights_hash;
+  v.tokenizer_hash = std::get<0>(h).tokenizer_hash;
+  v.files = std::get<0>(h).files;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("registry: SHA-256 of known bytes, and of a model directory's files") {
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  temp_dir d;
+  CHECK(std::get<1>(hash_model_dir(d.model())).find("no *.safetensors") != std::string::npos);
+  d.write("model.safetensors", "weights");
+  d.write("config.json", "{}");
+  d.write("tokenizer.json", "tok");
+  d.write("notes.txt", "not hashed");
+  auto h = std::get<0>(hash_model_dir(d.model()));
+  REQUIRE(h.files.size() == 3);
+  CHECK(h.files[0].file == "config.json");
+  CHECK(h.tokenizer_hash == sha256_hex("tok"));
+  // The weights hash is over "name sha256" lines of config.json and the weights, in order.
+  CHECK(h.weights_hash == sha256_hex("config.json " + sha256_hex("{}") + "\nmodel.safetensors " + sha256_hex("weights") + "\n"));
+  CHECK(verify_model_dir(d.model(), h.files).empty());
+  d.write("model.safetensors", "weightz");  // tampered: same size, one byte
+  const std::string why = verify_model_dir(d.model(), h.files);
+  CHECK(why.find("model.safetensors") != std::string::npos);
+  CHECK(why.find(h.files[1].sha256) != std::string::npos);
+  fs::remove(d.path / "model" / "tokenizer.json");
+  CHECK(verify_model_dir(d.model(), {h.files[2]}).find("tokenizer.json: cannot be read") != std::string::npos);
+}
+
+TEST_CASE("registry: weights URIs are local directories") {
+  CHECK(std::get<0>(local_dir_of("file:///models/x")) == "/models/x");
+  CHECK(std::get<0>(local_dir_of("/models/x")) == "/models/x");
+  CHECK(local_dir_of("s3://bucket/x").index() == 1);
+  CHECK(local_dir_of("file://relative").index() == 1);
+  CHECK(local_dir_of("").index() == 1);
+}
+
+TEST_CASE("registry: a version never changes; the same content again is idempotent") {
+  temp_dir d;
+  d.write("model.safetensors", "weights");
+  d.write("tokenizer.json", "tok");
+  auto s = d.open();
+  CHECK(s->schema_version() == 3);
+  const model_version v = version_of(d, "v2");
+  auto first = s->register_version(v);
+  CHECK(first.created);
+  CHECK(first.conflict.empty());
+  CHECK(first.version.status == "registered");
+  auto again = s->register_version(v);
+  CHECK_FALSE(again.created);
+  CHECK(again.conflict.empty());
+  model_version other = v;
+  other.weights_hash = sha256_hex("something else");
+  auto clash = s->register_version(other);
+  CHECK_FALSE(clash.created);
+  CHECK(clash.conflict.find("already registered") != std::string::npos);
+  // What was stored is the first registration, files included.
+  auto back = s->version("tiny-chat", "v2");
+  REQUIRE(back);
+  CHECK(back->weights_hash == v.weights_hash);
+  CHECK(back->files.size() == v.files.size());
+  CHECK_FALSE(s->set_load_test("tiny-chat", "v2", 1632, 20000));
+  CHECK(s->version("tiny-chat", "v2")->status == "gated");
+  CHECK(s->version("tiny-chat", "v2")->load_test_tokens_per_s == 1632);
+  CHECK_FALSE(s->set_version_status("tiny-chat", "v2", "live"));
+  CHECK(s->versions("tiny-chat").size() == 1);
+  CHECK(s->versions("other").empty());
+}
+
+TEST_CASE("registry: routes and rollout decisions survive a reopen") {
+  temp_dir d;
+  {
+    auto s = d.open();
+    model_route r{"tiny-chat", "v1", "v2", 10, "", 0, "v0", 1234};
+    CHECK_FALSE(s->put_route(r));
+    r.canary_percent = 50;
+    CHECK_FALSE(s->put_route(r));  // an update, not a second row
+    rollout_row row;
+    row.model = "tiny-chat";
+    row.version = "v2";
+    row.stage = "canary";
+    row.percent = 50;
+    row.decision = "rollback";
+    row.reason = "p95 TTFT";
+    row.guard_metrics = R"({"live":{}})";
+    CHECK(s->add_rollout(row) == 1);
+    row.stage = "nonsense";  // the table's check refuses it
+    CHECK(s->add_rollout(row) == 0);
+  }
+  auto s = d.open();
+  auto routes = s->routes();
+  REQUIRE(routes.size() == 1);
+  CHECK(routes[0].live == "v1");
+  CHECK(routes[0].canary == "v2");
+  CHECK(routes[0].canary_percent == 50);
+  CHECK(routes[0].previous == "v0");
+  CHECK(routes[0].previous_until == 1234);
+  auto rows = s->rollouts("tiny-chat");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].decision == "rollback");
+  CHECK(rows[0].guard_metrics == R"({"live":{}})");
+}
