@@ -30,6 +30,7 @@ std::string admission_state::version_of(const std::string& model, const request&
   auto rt = routes.find(model);
   if (rt == routes.end()) return cfg->live_version(model);
   const config::model_route& route = rt->second.route;
+  if (route.canary.empty() || route.canary_percent <= 0) return route.live;
   const std::string& v = version_for(route, routing_key(r));
   if (v != route.live) {
     auto it = pools.find(model + "@" + v);
@@ -47,6 +48,8 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
     version = version_of(model, r);
   }
   auto it = pools.find(model + "@" + version);
+  if (!version.empty() && it == pools.end() && routes.contains(model) && r.model == model)
+    return refuse(r, errc::unavailable, "The model '" + r.model + "' is loading.", "", 2);  // a routed version's pool starting
   if (version.empty() || it == pools.end())
     return refuse(r, errc::unknown_model, "The model '" + r.model + "' does not exist.", "model");
   const pool_update& pool = it->second;
@@ -181,12 +184,13 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
 
 // A copy of an admitted request for the model's shadow version: straight to its router,
 // outside the team's limits and the pool's gate; its output goes nowhere.
-void shadow(stateful* self, const request& r, const std::string& key) {
+void shadow(stateful* self, const request& r) {
   auto& st = self->state;
   auto rt = st.routes.find(r.model);
-  if (rt == st.routes.end() || r.model.find('@') != std::string::npos) return;
+  if (rt == st.routes.end()) return;
   const config::model_route& route = rt->second.route;
-  if (!shadow_copy(route, key) || route.shadow == r.version) return;
+  if (route.shadow.empty() || route.shadow_percent <= 0 || route.shadow == r.version) return;
+  if (!shadow_copy(route, routing_key(r))) return;
   auto it = st.pools.find(r.model + "@" + route.shadow);
   if (it == st.pools.end() || it->second.status != pool_status::serving || !it->second.router) return;
   if (!st.discard) {
@@ -290,7 +294,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           st.captured[r.id] = {t, r.team, static_cast<std::uint8_t>(r.priority), r.conversation_id,
                                config::block_hashes_of(r.prompt), static_cast<std::int32_t>(r.prompt.size()), 0};
         }
-        shadow(self, r, routing_key(r));
+        shadow(self, r);
         const std::string team = r.team, model = r.model;
         pool_gate::moves m;
         st.gate(key).arrive(std::move(r), charge, share, now, m);

@@ -2,8 +2,6 @@
 // it runs on the writer's thread like every other disk access.
 #include "actors/registry_calls.hpp"
 
-#include <chrono>
-
 #include <caf/all.hpp>
 
 #include "actors/request.hpp"
@@ -106,14 +104,7 @@ caf::message_handler registry_calls(stateful* self) {
         auto rp = self->make_response_promise<bool>();
         on_disk<std::optional<std::string>>(
             self,
-            [w](config::store& s) mutable {
-              if (w.keep_previous_s > 0) {
-                const auto now = std::chrono::system_clock::now().time_since_epoch();
-                w.route.previous_until = std::chrono::duration_cast<std::chrono::seconds>(now).count() +
-                                         static_cast<std::int64_t>(w.keep_previous_s);
-              }
-              return s.put_route(w.route);
-            },
+            [w](config::store& s) { return s.put_route(w.route, w.keep_previous_s); },
             [rp](std::optional<std::string>& e) mutable {
               if (e) {
                 rp.deliver(make_error(errc::internal, "The store refused the route: " + *e));

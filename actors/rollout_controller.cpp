@@ -1,7 +1,6 @@
 #include <algorithm>
-#include <cstdio>
-
 #include <caf/all.hpp>
+#include <cstdio>
 
 #include "actors/registry_calls.hpp"
 #include "actors/request.hpp"
@@ -15,15 +14,28 @@ using stateful = caf::stateful_actor<rollout_state>;
 using check_atom = caf::atom_constant<caf::atom("gcheck")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 
-double now_s(stateful* self) {
-  return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
-}
+double now_s(stateful* self) { return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count(); }
 
 std::string stats_json(const window_stats& w) {
   char buf[200];
   std::snprintf(buf, sizeof buf, R"({"requests":%lld,"error_rate":%.4f,"ttft_p95_s":%.4f,"mean_output":%.2f})",
                 static_cast<long long>(w.requests), w.error_rate, w.ttft_p95_s, w.mean_output);
   return buf;
+}
+
+// Writes to the store and waits for its answer (the store answers every call; a plain send
+// would bring that answer back as a message nobody expects). A refusal is logged: the route
+// in memory stays the one that counts until the next write.
+template <class Answer = bool, class Write>
+void store_write(stateful* self, Write w) {
+  auto& st = self->state;
+  if (!st.d.store) return;
+  self->request(st.d.store, std::chrono::seconds(30), std::move(w))
+      .then([](Answer&) {},
+            [self](caf::error& e) {
+              std::fprintf(stderr, "kiln: rollout %s: the store refused a write: %s\n", self->state.d.model.c_str(),
+                           caf::to_string(e).c_str());
+            });
 }
 
 rollout_view view_of(stateful* self) {
@@ -34,7 +46,7 @@ rollout_view view_of(stateful* self) {
 void publish(stateful* self, double keep_previous_s = 0) {
   auto& st = self->state;
   self->send(st.d.node, route_update{st.d.route, caf::actor_cast<caf::actor>(self)});
-  if (st.d.store) self->send(st.d.store, route_write{st.d.route, keep_previous_s});
+  store_write(self, route_write{st.d.route, keep_previous_s});
 }
 
 void decide(stateful* self, const std::string& version, const std::string& stage, double percent,
@@ -49,7 +61,7 @@ void decide(stateful* self, const std::string& version, const std::string& stage
   row.reason = reason;
   row.guard_metrics = std::move(metrics);
   st.decisions.push_back(row);
-  if (st.d.store) self->send(st.d.store, rollout_write{std::move(row)});
+  store_write<std::int64_t>(self, rollout_write{std::move(row)});
 }
 
 void arm_check(stateful* self) {
@@ -58,15 +70,17 @@ void arm_check(stateful* self) {
                       (!st.d.route.shadow.empty() && st.d.route.shadow_percent > 0);
   if (!active || st.check_armed) return;
   st.check_armed = true;
-  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.d.limits.check_interval_s)),
-                     check_atom::value);
+  self->delayed_send(
+      self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.d.limits.check_interval_s)),
+      check_atom::value);
 }
 
 void arm_retire(stateful* self, double seconds) {
   auto& st = self->state;
   ++st.retire_epoch;
   if (st.d.route.previous.empty()) return;
-  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(std::max(0.0, seconds))),
+  self->delayed_send(self,
+                     std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(std::max(0.0, seconds))),
                      retire_atom::value, st.retire_epoch);
 }
 
@@ -74,12 +88,13 @@ void arm_retire(stateful* self, double seconds) {
 template <class Then>
 void with_version(stateful* self, const std::string& version, caf::response_promise rp, Then then) {
   auto& st = self->state;
+  // A configured version is known without the store; a registered one is looked up there.
+  for (const auto& v : st.d.known)
+    if (v.version == version) {
+      then(v);
+      return;
+    }
   if (!st.d.store) {
-    for (const auto& v : st.d.known)
-      if (v.version == version) {
-        then(v);
-        return;
-      }
     rp.deliver(make_error(errc::unknown_model, "No version " + st.d.model + "@" + version + " is known."));
     return;
   }
@@ -88,79 +103,78 @@ void with_version(stateful* self, const std::string& version, caf::response_prom
             [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
 }
 
+// Compares one stage's candidate with its baseline; past a guard the stage ends, with a row.
+void guard_stage(stateful* self, std::string& version, double& percent, outcome_window& cand_window,
+                 outcome_window& base_window, const char* stage, bool clear_base) {
+  auto& st = self->state;
+  if (version.empty() || percent <= 0) return;
+  const window_stats base = base_window.stats(), cand = cand_window.stats();
+  auto why = guard_breach(base, cand, st.d.limits);
+  if (!why) return;
+  const std::string v = version;
+  const double pct = percent;
+  version.clear();
+  percent = 0;
+  cand_window.clear();
+  if (clear_base) base_window.clear();
+  decide(self, v, stage, pct, "rollback", *why,
+         R"({"live":)" + stats_json(base) + R"(,"candidate":)" + stats_json(cand) + "}");
+  publish(self);
+}
+
 void check_guards(stateful* self) {
   auto& st = self->state;
   st.check_armed = false;
   const double now = now_s(self);
-  const double w = st.d.limits.guard_window_s;
-  for (auto* win : {&st.live, &st.canary, &st.shadow, &st.shadow_live}) win->trim(now, w);
+  for (auto* win : {&st.live, &st.canary, &st.shadow, &st.shadow_live}) win->trim(now, st.d.limits.guard_window_s);
   auto& r = st.d.route;
-  const window_stats live = st.live.stats();
-  if (!r.canary.empty() && r.canary_percent > 0) {
-    const window_stats c = st.canary.stats();
-    if (auto why = guard_breach(live, c, st.d.limits)) {
-      const std::string v = r.canary;
-      const double pct = r.canary_percent;
-      r.canary.clear();
-      r.canary_percent = 0;
-      st.canary.clear();
-      decide(self, v, "canary", pct, "rollback", *why,
-             R"({"live":)" + stats_json(live) + R"(,"candidate":)" + stats_json(c) + "}");
-      publish(self);
-    }
-  }
-  if (!r.shadow.empty() && r.shadow_percent > 0) {
-    const window_stats s = st.shadow.stats();
-    const window_stats base = st.shadow_live.stats();
-    if (auto why = guard_breach(base, s, st.d.limits)) {
-      const std::string v = r.shadow;
-      const double pct = r.shadow_percent;
-      r.shadow.clear();
-      r.shadow_percent = 0;
-      st.shadow.clear();
-      st.shadow_live.clear();
-      decide(self, v, "shadow", pct, "rollback", *why,
-             R"({"live":)" + stats_json(base) + R"(,"candidate":)" + stats_json(s) + "}");
-      publish(self);
-    }
-  }
+  guard_stage(self, r.canary, r.canary_percent, st.canary, st.live, "canary", false);
+  guard_stage(self, r.shadow, r.shadow_percent, st.shadow, st.shadow_live, "shadow", true);
   arm_check(self);
+}
+
+// Runs `then` with the pool status of a registered, not retired version, after asking the
+// node to start its pool; otherwise answers the promise with why not.
+template <class Then>
+void with_pool(stateful* self, const std::string& model, const std::string& version, caf::response_promise rp,
+               Then then) {
+  with_version(self, version, rp, [self, model, version, rp, then](const config::model_version& v) mutable {
+    if (v.status == "retired") {
+      rp.deliver(make_error(errc::conflict, model + "@" + version + " is retired."));
+      return;
+    }
+    self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{v})
+        .then([then](std::string& status) mutable { then(status); },
+              [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  });
 }
 
 caf::result<rollout_view> on_rollout(stateful* self, rollout_order& o) {
   auto& st = self->state;
   if (o.stage != "canary" && o.stage != "shadow")
     return make_error(errc::invalid_request, "'stage' must be shadow or canary.");
-  if (!(o.percent >= 0 && o.percent <= 100)) return make_error(errc::invalid_request, "'percent' must be from 0 to 100.");
+  if (!(o.percent >= 0 && o.percent <= 100))
+    return make_error(errc::invalid_request, "'percent' must be from 0 to 100.");
   if (o.version == st.d.route.live)
     return make_error(errc::conflict, o.model + "@" + o.version + " is the live version already.");
   auto rp = self->make_response_promise<rollout_view>();
-  with_version(self, o.version, rp, [self, o, rp](const config::model_version& v) mutable {
-    if (v.status == "retired") {
-                rp.deliver(make_error(errc::conflict, o.model + "@" + o.version + " is retired."));
-                return;
-              }
-    self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{v})
-        .then(
-            [self, o, rp](std::string&) mutable {
-              auto& st = self->state;
-              auto& r = st.d.route;
-              const bool canary = o.stage == "canary";
-              std::string& ver = canary ? r.canary : r.shadow;
-              double& pct = canary ? r.canary_percent : r.shadow_percent;
-              std::string decision = o.percent == 0 ? "end" : ver != o.version || pct == 0 ? "start" : "advance";
-              if (ver != o.version) {
-                (canary ? st.canary : st.shadow).clear();
-                if (!canary) st.shadow_live.clear();
-              }
-              ver = o.percent == 0 ? "" : o.version;
-              pct = o.percent;
-              decide(self, o.version, o.stage, o.percent, decision, "by hand");
-              publish(self);
-              arm_check(self);
-              rp.deliver(view_of(self));
-            },
-            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  with_pool(self, o.model, o.version, rp, [self, o, rp](std::string&) mutable {
+    auto& st = self->state;
+    auto& r = st.d.route;
+    const bool canary = o.stage == "canary";
+    std::string& ver = canary ? r.canary : r.shadow;
+    double& pct = canary ? r.canary_percent : r.shadow_percent;
+    std::string decision = o.percent == 0 ? "end" : ver != o.version || pct == 0 ? "start" : "advance";
+    if (ver != o.version) {
+      (canary ? st.canary : st.shadow).clear();
+      if (!canary) st.shadow_live.clear();
+    }
+    ver = o.percent == 0 ? "" : o.version;
+    pct = o.percent;
+    decide(self, o.version, o.stage, o.percent, decision, "by hand");
+    publish(self);
+    arm_check(self);
+    rp.deliver(view_of(self));
   });
   return rp;
 }
@@ -169,44 +183,38 @@ caf::result<rollout_view> on_alias(stateful* self, alias_order& o) {
   auto& st = self->state;
   if (o.version == st.d.route.live) return view_of(self);
   auto rp = self->make_response_promise<rollout_view>();
-  with_version(self, o.version, rp, [self, o, rp](const config::model_version& v) mutable {
-    if (v.status == "retired") {
-                rp.deliver(make_error(errc::conflict, o.model + "@" + o.version + " is retired."));
-                return;
-              }
-    // The pool must exist and serve before the alias moves: the old version stays loaded.
-    self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{v})
-        .then(
-            [self, o, rp](std::string& status) mutable {
-              auto& st = self->state;
-              if (status != "serving") {
-                rp.deliver(make_error(errc::unavailable,
-                                      o.model + "@" + o.version + " is " + status + "; the alias moves once it serves."));
-                return;
-              }
-              auto& r = st.d.route;
-              const bool was_canary = r.canary == o.version;
-              const bool back = r.previous == o.version;
-              r.previous = r.live;
-              r.live = o.version;
-              if (r.canary == o.version) r.canary.clear(), r.canary_percent = 0;
-              if (r.shadow == o.version) r.shadow.clear(), r.shadow_percent = 0;
-              st.live.clear();
-              st.canary.clear();
-              st.shadow.clear();
-              st.shadow_live.clear();
-              decide(self, o.version, "live", 100, was_canary ? "promote" : back ? "rollback" : "alias",
-                     "by hand; " + r.previous + " kept loaded");
-              if (st.d.store) {
-                self->send(st.d.store, status_write{st.d.model, o.version, "live"});
-              }
-              const double keep = st.d.limits.keep_previous_hours * 3600;
-              publish(self, keep);
-              arm_retire(self, keep);
-              arm_check(self);
-              rp.deliver(view_of(self));
-            },
-            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  // The pool must exist and serve before the alias moves: the old version stays loaded.
+  with_pool(self, o.model, o.version, rp, [self, o, rp](std::string& status) mutable {
+    auto& st = self->state;
+    if (status != "serving") {
+      rp.deliver(make_error(errc::unavailable,
+                            o.model + "@" + o.version + " is " + status + "; the alias moves once it serves."));
+      return;
+    }
+    auto& r = st.d.route;
+    const bool was_canary = r.canary == o.version;
+    const bool back = r.previous == o.version;
+    r.previous = r.live;
+    r.live = o.version;
+    if (r.canary == o.version) r.canary.clear(), r.canary_percent = 0;
+    if (r.shadow == o.version) r.shadow.clear(), r.shadow_percent = 0;
+    st.live.clear();
+    st.canary.clear();
+    st.shadow.clear();
+    st.shadow_live.clear();
+    decide(self, o.version, "live", 100,
+           was_canary ? "promote"
+           : back     ? "rollback"
+                      : "alias",
+           "by hand; " + r.previous + " kept loaded");
+    if (st.d.store) {
+      store_write(self, status_write{st.d.model, o.version, "live"});
+    }
+    const double keep = st.d.limits.keep_previous_hours * 3600;
+    publish(self, keep);
+    arm_retire(self, keep);
+    arm_check(self);
+    rp.deliver(view_of(self));
   });
   return rp;
 }
@@ -228,10 +236,10 @@ caf::behavior rollout_controller(stateful* self, rollout_deps deps) {
               self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{mv})
                   .then([](std::string&) {}, [](caf::error&) {});
             },
-              [self, v = *v](caf::error&) {
-                std::fprintf(stderr, "kiln: rollout %s: the stored route names %s, which is not registered\n",
-                             self->state.d.model.c_str(), v.c_str());
-              });
+            [self, v = *v](caf::error&) {
+              std::fprintf(stderr, "kiln: rollout %s: the stored route names %s, which is not registered\n",
+                           self->state.d.model.c_str(), v.c_str());
+            });
   }
   arm_check(self);
   if (!st.d.route.previous.empty() && st.d.previous_left_s >= 0) arm_retire(self, st.d.previous_left_s);
@@ -264,7 +272,7 @@ caf::behavior rollout_controller(stateful* self, rollout_deps deps) {
         r.previous.clear();
         r.previous_until = 0;
         decide(self, v, "retired", 0, "retire", "kept loaded for its time after the alias moved; drained");
-        if (st.d.store) self->send(st.d.store, status_write{st.d.model, v, "retired"});
+        store_write(self, status_write{st.d.model, v, "retired"});
         self->send(st.d.node, retire_pool{st.d.model, v});
         publish(self);
       },

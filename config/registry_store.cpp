@@ -146,7 +146,8 @@ std::vector<model_route> store::routes() {
   return out;
 }
 
-std::optional<std::string> store::put_route(const model_route& r) {
+std::optional<std::string> store::put_route(model_route r, double keep_previous_s) {
+  if (keep_previous_s > 0) r.previous_until = now_s() + static_cast<std::int64_t>(keep_previous_s);
   statement st(db_,
                "INSERT INTO models(model, live_version, canary_version, canary_percent, shadow_version, shadow_percent, "
                "previous_version, previous_until) VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(model) DO UPDATE SET "

@@ -127,7 +127,8 @@ class store {
   std::optional<std::string> set_load_test(const std::string& model, const std::string& version, double tokens_per_s,
                                            double tokens_in_flight);
   std::vector<model_route> routes();
-  std::optional<std::string> put_route(const model_route& r);
+  /// Stores a route; with keep_previous_s > 0 its previous version is kept that long from now.
+  std::optional<std::string> put_route(model_route r, double keep_previous_s = 0);
   /// Records a decision; returns its sequence number (0 on failure).
   std::int64_t add_rollout(const rollout_row& row);
   std::vector<rollout_row> rollouts(const std::string& model);

@@ -31,6 +31,7 @@ void bad(const std::shared_ptr<exchange>& ex, const std::string& msg, const std:
 json version_json(const config::model_version& v) {
   json files = json::array();
   for (const auto& f : v.files) files.push_back({{"file", f.file}, {"sha256", f.sha256}});
+  const json engine_config = json::parse(v.engine_config, nullptr, false);
   return {{"model", v.model},
           {"version", v.version},
           {"weights_uri", v.weights_uri},
@@ -39,8 +40,7 @@ json version_json(const config::model_version& v) {
           {"chat_template_hash", v.chat_template_hash},
           {"precision", v.precision},
           {"gpus_per_replica", v.gpus_per_replica},
-          {"engine_config", json::parse(v.engine_config, nullptr, false).is_discarded() ? json::object()
-                                                                                        : json::parse(v.engine_config)},
+          {"engine_config", engine_config.is_discarded() ? json::object() : engine_config},
           {"load_test_tokens_per_s", v.load_test_tokens_per_s},
           {"load_test_tokens_in_flight", v.load_test_tokens_in_flight},
           {"status", v.status},
