@@ -135,6 +135,12 @@ void report_failure(stateful* self, const request_id& id, std::uint8_t attempt, 
   else if (sink) self->send(sink, stream_error{id, code, msg, "", 0});
 }
 
+// Whether a request is one of the drill's faulty ones: a fixed choice per request id.
+bool injected_fault(const request_id& id, double fraction) {
+  const std::uint64_t h = (id.origin ^ (id.seq * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+}
+
 void forget(engine_state& st, engine::seq_id seq) {
   auto it = st.jobs.find(seq);
   if (it == st.jobs.end()) return;
@@ -188,7 +194,10 @@ void send_outputs(stateful* self) {
     if (out.finish == engine::finish_reason::none) continue;
     st.totals.prompt_tokens_total += out.usage.prompt_tokens;
     st.totals.cached_tokens_total += out.usage.cached_tokens;
-    if (owner_alive(st, j)) {
+    if (st.fault_fraction > 0 && injected_fault(j.id, st.fault_fraction)) {
+      report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed,
+                     "The engine of " + st.who.replica_id + " failed (an injected fault).", out.usage);
+    } else if (owner_alive(st, j)) {
       self->send(j.owner, job_done{j.id, j.attempt, out.finish, out.usage, st.who.replica_id, std::max(0.0, j.ttft_ms)});
     } else {
       stream_end end;
@@ -429,6 +438,7 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
   st.who = std::move(who);
   st.default_max_tokens = pool->cfg->default_max_tokens;
   st.coast = pool->cfg->coast_steps && pool->cfg->executor == config::executor_kind::sim;
+  if (pool->cfg->executor == config::executor_kind::sim) st.fault_fraction = pool->cfg->fault_fraction;
   st.clock = &self->clock();
   st.gauges = std::move(gauges);
   self->attach_functor([g = st.gauges, id = st.who.replica_id] {

@@ -80,6 +80,7 @@ struct engine_state {
   // timer; any other message first settles them (see settle() in engine_actor.cpp).
   bool coast = false;
   bool coasting = false;
+  double fault_fraction = 0;  ///< sim drills: requests that end in an injected engine error
   caf::actor_clock::time_point coast_from;
   std::vector<caf::timespan> coast_ends;  ///< each coasting step's end, after coast_from
   std::uint64_t coast_epoch = 0;          ///< a wakeup of an older coast is ignored

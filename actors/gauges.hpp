@@ -10,6 +10,8 @@
 #include <tuple>
 #include <vector>
 
+#include <caf/actor_clock.hpp>
+
 namespace kiln::actors {
 
 struct engine_gauge {
@@ -58,8 +60,27 @@ struct pool_gauge {
 /// each error code. Also (team, model, tier) for sheds.
 using outcome_key = std::tuple<std::string, std::string, std::string>;
 
+/// One rollout decision, for /metrics and the simulator's report.
+struct rollout_gauge {
+  std::string model;
+  std::string version;
+  std::string stage;
+  double percent = 0;
+  std::string decision;
+  std::string reason;
+  caf::actor_clock::time_point at;
+};
+
 class fleet_gauges {
  public:
+  void note_rollout(rollout_gauge g) {
+    std::lock_guard lock(mu_);
+    rollouts_.push_back(std::move(g));
+  }
+  std::vector<rollout_gauge> rollouts() const {
+    std::lock_guard lock(mu_);
+    return rollouts_;
+  }
   void set(const engine_gauge& g) {
     std::lock_guard lock(mu_);
     engines_[g.replica_id] = g;
@@ -144,6 +165,7 @@ class fleet_gauges {
     return out;
   }
   mutable std::mutex mu_;
+  std::vector<rollout_gauge> rollouts_;
   std::map<std::string, engine_gauge> engines_;
   std::map<std::string, replica_gauge> replicas_;
   std::map<std::string, pool_gauge> pools_;

@@ -122,6 +122,7 @@ std::vector<child_spec> rollout_child_specs(stateful* self) {
         rd.previous_left_s = left;
       }
     rd.limits = st.d.cfg->rollout;
+    rd.gauges = st.d.gauges;
     for (const auto& p : st.d.cfg->pools)
       if (p.model == model) {
         config::model_version v;

@@ -11,6 +11,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/gauges.hpp"
 #include "actors/rollout_guard.hpp"
 #include "config/config.hpp"
 #include "config/registry.hpp"
@@ -72,6 +73,7 @@ struct rollout_deps {
   config::rollout_config limits;
   caf::actor node;             ///< pools and routes
   caf::actor store;            ///< null: nothing stored (the simulator, actor tests)
+  std::shared_ptr<fleet_gauges> gauges;  ///< hears every decision (null: none)
   std::vector<config::model_version> known;  ///< versions a route may name without a store
   double previous_left_s = -1;  ///< the stored previous version's time left (-1: none)
 };

@@ -61,6 +61,7 @@ void decide(stateful* self, const std::string& version, const std::string& stage
   row.reason = reason;
   row.guard_metrics = std::move(metrics);
   st.decisions.push_back(row);
+  if (st.d.gauges) st.d.gauges->note_rollout({row.model, row.version, row.stage, row.percent, row.decision, row.reason, self->clock().now()});
   store_write<std::int64_t>(self, rollout_write{std::move(row)});
 }
 
@@ -109,7 +110,7 @@ void guard_stage(stateful* self, std::string& version, double& percent, outcome_
   auto& st = self->state;
   if (version.empty() || percent <= 0) return;
   const window_stats base = base_window.stats(), cand = cand_window.stats();
-  auto why = guard_breach(base, cand, st.d.limits);
+  auto why = confirmed_breach(base_window, cand_window, st.d.limits);
   if (!why) return;
   const std::string v = version;
   const double pct = percent;

@@ -46,14 +46,29 @@ class outcome_window {
   void trim(double now, double window_s);
   window_stats stats() const;
   void clear() { samples_.clear(); }
+  const std::deque<outcome_sample>& samples() const { return samples_; }
 
  private:
   std::deque<outcome_sample> samples_;
 };
 
-/// Why the candidate must be rolled back, or nothing (too few requests on either side also
-/// gives nothing).
+/// Which margins the candidate's point figures pass (every one named), or nothing (too few
+/// requests on either side also gives nothing).
 std::optional<std::string> guard_breach(const window_stats& live, const window_stats& candidate,
                                         const config::rollout_config& limits);
+
+/// One-sided z statistics that the candidate is worse than the live version (error rate: two
+/// proportions) or worse by more than the margin (p95 TTFT: the candidate's share of requests
+/// slower than the live p95 times the margin, against the 5% it would be; mean output: two
+/// means). Large when the breach is real, near or below zero when it is noise.
+struct guard_evidence {
+  double errors = 0, ttft = 0, output = 0;
+};
+guard_evidence evidence(const outcome_window& live, const outcome_window& candidate, const config::rollout_config& limits);
+
+/// A rollback's reason: the margins passed, each with evidence of at least limits.guard_z;
+/// nothing otherwise. What the controller acts on.
+std::optional<std::string> confirmed_breach(const outcome_window& live, const outcome_window& candidate,
+                                            const config::rollout_config& limits);
 
 }  // namespace kiln::actors

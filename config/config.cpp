@@ -119,6 +119,7 @@ rollout_config read_rollout(const toml::table& t) {
   r.number("error_rate_points", o.error_rate_points, 0, 100);
   r.number("ttft_p95_increase", o.ttft_p95_increase, 0, 100);
   r.number("output_length_change", o.output_length_change, 0, 100);
+  r.number("guard_z", o.guard_z, 0, 100);
   r.number("keep_previous_hours", o.keep_previous_hours, 0, 8760);
   r.no_unknown_keys();
   return o;
@@ -194,6 +195,7 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("queue_limit", p.queue_limit, 0, 1e7);
   r.number("gpu_hour_usd", p.gpu_hour_usd, 0, 1e6);
   r.text("routing", p.routing);
+  r.number("fault_fraction", p.fault_fraction, 0, 1);
   if (p.routing != "prefix_affinity_bounded" && p.routing != "round_robin" && p.routing != "least_tokens")
     r.fail("routing", "must be prefix_affinity_bounded, round_robin or least_tokens (got \"" + p.routing + "\")");
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);

@@ -74,6 +74,9 @@ struct pool_config {
   /// sim executor: run steady decode between events as one timer, tokens sent in bulk without
   /// text (the simulator turns it on; a served stream would arrive in bursts).
   bool coast_steps = false;
+  /// sim executor, for drills: this fraction of requests ends in an engine error after its
+  /// last token (a version that errs more than its predecessor).
+  double fault_fraction = 0;
   /// A registered version's files with their SHA-256, checked before it loads (none: no check).
   std::vector<file_hash> registered_files;
   std::string chat_template;  ///< a registered version's template ("": the model directory's)
@@ -98,6 +101,7 @@ struct rollout_config {
   double error_rate_points = 0.5;      ///< a canary erring this many percentage points more ...
   double ttft_p95_increase = 0.20;     ///< ... or 20% slower to its p95 first token ...
   double output_length_change = 0.15;  ///< ... or answering 15% longer or shorter: rollback
+  double guard_z = 2.33;               ///< ... when the evidence for it is this strong (one-sided z)
   double keep_previous_hours = 24;     ///< a replaced live version stays loaded this long
 };
 

@@ -12,8 +12,10 @@
 
 #include "actors/loader.hpp"
 #include "actors/node_supervisor.hpp"
+#include "actors/rollout.hpp"
 #include "actors/stream_sink.hpp"
 #include "config/store.hpp"
+#include "sim/report.hpp"
 #include "sim/virtual_time.hpp"
 
 namespace kiln::sim {
@@ -37,6 +39,8 @@ class collector final : public actors::stream_target {
  public:
   collector(run_book& book, std::size_t& region_done, caf::scheduler::test_coordinator& sched, clock_point start)
       : book_(book), region_done_(region_done), sched_(sched), start_(start) {}
+  /// Pool indexes by "model@version", so a request counts where it was served (a canary's).
+  void set_pools(std::map<std::string, std::uint32_t> pools) { pools_ = std::move(pools); }
   void on_tokens(actors::stream_tokens ev) override {
     request_record& r = at(ev.id);
     if (r.first_token < 0 && ev.tokens > 0) r.first_token = now();
@@ -49,6 +53,8 @@ class collector final : public actors::stream_target {
     if (!r.outcome.empty()) return;
     r.end = now();
     r.outcome = "completed";
+    r.version = ev.model_version;
+    if (auto it = pools_.find(r.model + "@" + ev.model_version); it != pools_.end()) r.pool = it->second;
     r.prompt = ev.prompt_tokens;
     r.cached = ev.cached_tokens;
     r.attempts = ev.attempts;
@@ -70,6 +76,7 @@ class collector final : public actors::stream_target {
   double now() const { return std::chrono::duration<double>(sched_.clock().now() - start_).count(); }
   run_book& book_;
   std::size_t& region_done_;
+  std::map<std::string, std::uint32_t> pools_;
   caf::scheduler::test_coordinator& sched_;
   clock_point start_;
 };
@@ -83,6 +90,7 @@ struct region_rt {
   std::shared_ptr<actors::fleet_gauges> gauges = std::make_shared<actors::fleet_gauges>();
   std::shared_ptr<const config::kiln_config> cfg;
   caf::actor node, sink, admission;
+  std::shared_ptr<collector> coll;
   clock_point start;
 
   region_rt(config::kiln_config c, run_book& book, std::size_t& done) {
@@ -101,7 +109,8 @@ struct region_rt {
     tenants.index();
     d.tenants = std::make_shared<const config::tenancy>(std::move(tenants));
     node = actors::spawn_node(*sys, std::move(d));
-    sink = actors::spawn_stream_sink(*sys, std::make_shared<collector>(book, done, *sched, start));
+    coll = std::make_shared<collector>(book, done, *sched, start);
+    sink = actors::spawn_stream_sink(*sys, coll);
     vt->run_ready();
     admission = caf::actor_cast<caf::actor>(sys->registry().get(actors::admission_name));
   }
@@ -159,14 +168,14 @@ struct region_run {
 
 std::variant<run_result, std::string> run_once(const scenario& s, const run_plan& plan, const progress_fn& progress) {
   const auto real_start = std::chrono::steady_clock::now();
-  auto made = make_arrivals(plan.arrivals, s.seed);
+  auto made = make_arrivals(plan.arrivals, plan.seed ? plan.seed : s.seed);
   if (auto* e = std::get_if<std::string>(&made)) return *e;
   const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
 
   // Each region runs the scenario's fleet; an answer is as long as the request asks.
   config::kiln_config fleet = s.fleet;
   for (auto& p : fleet.pools) {
-    p.text = {1 << 30, 1 << 30};
+    if (!s.natural_lengths) p.text = {1 << 30, 1 << 30};
     p.coast_steps = s.coast;
     if (!plan.policy.empty()) p.routing = plan.policy;
   }
@@ -200,6 +209,10 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     regions[ri].name = s.regions[ri];
     regions[ri].tick = s.report_interval_s;
     regions[ri].rt = std::make_unique<region_rt>(std::move(c), book, regions[ri].done);
+    std::map<std::string, std::uint32_t> served_by;  // "model@version" -> pool index, this region's
+    for (const auto& [key, idx] : pool_index)
+      if (key.starts_with(s.regions[ri] + "/")) served_by[key.substr(s.regions[ri].size() + 1)] = idx;
+    regions[ri].rt->coll->set_pools(std::move(served_by));
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   }
   // The global balancer: a conversation (or a request without one) keeps to one region.
@@ -280,6 +293,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
           return;
         }
         rec.pool = pool_index.at(rr.name + "/" + req.model + "@" + version);
+        rec.model = req.model;
         req.priority = a.tier;
         req.conversation_id = a.conversation;
         req.sampling.max_tokens = std::max(1, a.output_tokens);
@@ -292,6 +306,15 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
         const std::size_t k = rr.events[next_event++];
         const sim_event& e = events[k];
         const std::string model = e.model.empty() ? first_model : e.model;
+        if (e.rollout()) {
+          if (e.action == "alias") caf::anon_send(r.node, actors::alias_order{model, e.version});
+          else caf::anon_send(r.node, actors::rollout_order{model, e.version, e.action, e.percent});
+          rr.event_log.emplace_back(k, fmt_time(t) + ": " + e.action + " " + model + "@" + e.version +
+                                           (e.action == "alias" ? "" : " at " + format_fixed(e.percent, 0) + "%") + " (" +
+                                           rr.name + ")");
+          r.vt->run_ready();
+          continue;
+        }
         const std::string version = r.cfg->live_version(model);
         std::vector<std::string> ids;
         if (e.target == "router") ids.assign(static_cast<std::size_t>(e.count), model + "@" + version);
@@ -345,7 +368,11 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       if (std::get<2>(key) == "retried") res.retried += n;
     for (const auto& e : rr.rt->gauges->engines()) res.engine_steps += e.steps;
     log.insert(log.end(), std::make_move_iterator(rr.event_log.begin()), std::make_move_iterator(rr.event_log.end()));
+    for (const auto& g : rr.rt->gauges->rollouts())
+      res.rollouts.push_back({std::chrono::duration<double>(g.at - rr.rt->start).count(), rr.name, g.model, g.version,
+                              g.stage, g.percent, g.decision, g.reason});
   }
+  std::stable_sort(res.rollouts.begin(), res.rollouts.end(), [](const auto& a, const auto& b) { return a.t < b.t; });
   std::stable_sort(log.begin(), log.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [k, line] : log) res.event_log.push_back(std::move(line));
   regions.clear();

@@ -26,7 +26,9 @@ struct request_record {
   std::int32_t asked_output = 0;
   std::string team;
   engine::priority tier = engine::priority::standard;
-  std::uint32_t pool = 0;       ///< index into run_result::pools
+  std::uint32_t pool = 0;       ///< index into run_result::pools (where it was served, once it ends)
+  std::string model;
+  std::string version;          ///< the version that served it ("" until it ends)
   std::string outcome;          ///< "" while open; "completed" or the error code's name
   bool mid_stream = false;      ///< an error after tokens had arrived
   std::int32_t attempts = 1;
@@ -43,6 +45,18 @@ struct pool_sample {
   std::int64_t engine_waiting = 0;
 };
 
+/// A rollout controller's decision, at virtual time.
+struct rollout_record {
+  double t = 0;
+  std::string region;
+  std::string model;
+  std::string version;
+  std::string stage;
+  double percent = 0;
+  std::string decision;  ///< start, advance, end, rollback, promote, alias, retire
+  std::string reason;
+};
+
 struct run_result {
   std::string label;
   std::string policy;
@@ -57,6 +71,7 @@ struct run_result {
   std::uint64_t retried = 0;
   std::uint64_t engine_steps = 0;
   std::vector<std::string> event_log;  ///< what each event hit, with its time
+  std::vector<rollout_record> rollouts;  ///< in time order
 };
 
 /// Progress while it runs: virtual seconds, real seconds, requests done of all.

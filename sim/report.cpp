@@ -130,6 +130,18 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.requests = r.requests.size();
   m.retried = r.retried;
   m.virtual_s = r.virtual_s;
+  for (const auto& d : r.rollouts) {
+    run_summary::decision x{d.t, d.version, d.stage, d.decision, d.reason, d.percent, -1};
+    if (d.decision == "rollback") {
+      ++m.rollbacks;
+      for (auto it = m.rollouts.rbegin(); it != m.rollouts.rend(); ++it)
+        if (it->version == d.version && it->stage == d.stage && it->decision == "start") {
+          x.stage_s = d.t - it->t;
+          break;
+        }
+    }
+    m.rollouts.push_back(std::move(x));
+  }
   std::vector<double> ttft, tpot, stream_rate;
   std::int64_t prompt = 0, cached = 0;
   for (const auto& q : r.requests) {
@@ -276,6 +288,9 @@ std::string write_run(const run_result& r, const scenario& s, const std::string&
   if (auto e = write_file(root / "teams.csv", tcsv.str()); !e.empty()) return e;
   std::string events;
   for (const auto& line : r.event_log) events += line + "\n";
+  for (const auto& d : r.rollouts)
+    events += num(d.t) + " s: " + d.model + "@" + d.version + " " + d.stage + " " + num(d.percent, 0) + "%: " + d.decision +
+              " (" + d.reason + ", " + d.region + ")\n";
   if (!events.empty())
     if (auto e = write_file(root / "events.txt", events); !e.empty()) return e;
   const std::pair<const char*, std::pair<std::string, const std::vector<chart_series>*>> charts[] = {

@@ -41,6 +41,15 @@ struct run_summary {
   double virtual_s = 0;
   double slowest_stream_tokens_per_s_p5 = 0;  ///< 5th percentile of streams' tokens/s
   std::vector<team_summary> teams;
+  /// Rollout decisions; for a rollback, `stage_s` is how long its stage had run.
+  struct decision {
+    double t = 0;
+    std::string version, stage, decision, reason;
+    double percent = 0;
+    double stage_s = -1;
+  };
+  std::vector<decision> rollouts;
+  std::size_t rollbacks = 0;
 };
 
 run_summary summarize(const run_result& r, const scenario& s);

@@ -149,8 +149,8 @@ void read_events(const toml::array& arr, std::vector<sim_event>& out) {
     sim_event e;
     r.number("at_s", e.at_s, 0, 1e9);
     r.text("action", e.action);
-    if (!actors::chaos_action_from(e.action))
-      r.fail("action", "must be kill, freeze, slow or fail (got \"" + e.action + "\")");
+    if (!actors::chaos_action_from(e.action) && !e.rollout())
+      r.fail("action", "must be kill, freeze, slow, fail, canary, shadow or alias (got \"" + e.action + "\")");
     r.text("target", e.target);
     if (!actors::chaos_target_from(e.target))
       r.fail("target", "must be replica, engine or router (got \"" + e.target + "\")");
@@ -159,6 +159,9 @@ void read_events(const toml::array& arr, std::vector<sim_event>& out) {
     r.text("region", e.region);
     r.number("seconds", e.seconds, 0, 1e9);
     r.number("factor", e.factor, 1, 1e6);
+    r.text("version", e.version);
+    r.number("percent", e.percent, 0, 100);
+    if (e.rollout() && e.version.empty()) r.fail("version", "is required for a " + e.action + " event");
     out.push_back(std::move(e));
   }
 }
@@ -174,6 +177,8 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     r.number("drain_s", s.drain_s, 0, 1e9);
     r.number("report_interval_s", s.report_interval_s, 1e-3, 1e9);
     r.boolean("coast", s.coast);
+    r.number("repeat", s.repeat, 1, 10000);
+    r.boolean("natural_lengths", s.natural_lengths);
     r.texts("regions", s.regions);
     if (s.regions.empty()) r.fail("regions", "must name at least one region");
     if (std::set<std::string>(s.regions.begin(), s.regions.end()).size() != s.regions.size())
@@ -216,6 +221,12 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
       throw bad_scenario{"events: unknown region \"" + e.region + "\""};
     if (!e.model.empty() && s.fleet.live_version(e.model).empty())
       throw bad_scenario{"events: unknown model \"" + e.model + "\""};
+    const std::string model = !e.model.empty()         ? e.model
+                              : !s.fleet.models.empty() ? s.fleet.models.front().name
+                              : s.fleet.pools.empty()   ? ""
+                                                        : s.fleet.pools.front().model;
+    if (e.rollout() && !s.fleet.pool_for(model, e.version))
+      throw bad_scenario{"events: " + e.action + " names " + model + "@" + e.version + ", which no pool serves"};
   }
   if (!s.compare_without.empty() &&
       std::none_of(s.arrivals.teams.begin(), s.arrivals.teams.end(),
@@ -259,7 +270,16 @@ std::vector<run_plan> scenario::runs() const {
       out.push_back(std::move(quiet));
     }
   }
-  return out;
+  if (repeat <= 1) return out;
+  std::vector<run_plan> repeated;
+  for (const auto& plan : out)
+    for (int k = 0; k < repeat; ++k) {
+      run_plan r = plan;
+      r.seed = seed + static_cast<std::uint64_t>(k);
+      r.label += "-seed-" + std::to_string(r.seed);
+      repeated.push_back(std::move(r));
+    }
+  return repeated;
 }
 
 std::variant<scenario, std::string> parse_scenario(std::string_view text, std::string_view origin, const std::string& dir) {

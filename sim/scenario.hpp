@@ -17,13 +17,17 @@ namespace kiln::sim {
 /// Chaos at a virtual time: `count` targets of a model's pool, in each named region.
 struct sim_event {
   double at_s = 0;
-  std::string action = "kill";   ///< kill | freeze | slow | fail
+  std::string action = "kill";   ///< kill | freeze | slow | fail; canary | shadow | alias (rollouts)
   std::string target = "replica";  ///< replica | engine | router
   int count = 1;
   std::string model;             ///< empty: the first pool's model
   std::string region;            ///< empty: the first region
   double seconds = 5;            ///< freeze, slow: for how long
   double factor = 10;            ///< slow: step time multiplier
+  std::string version;           ///< canary, shadow, alias: the version (a pool of the model)
+  double percent = 0;            ///< canary, shadow: the share of requests (0 ends the stage)
+
+  bool rollout() const { return action == "canary" || action == "shadow" || action == "alias"; }
 };
 
 /// Raise the arrival rate step by step until a step misses the targets.
@@ -41,6 +45,7 @@ struct run_plan {
   std::string label;
   arrival_spec arrivals;
   std::string policy;  ///< empty: as the pools are configured
+  std::uint64_t seed = 0;  ///< 0: the scenario's
 };
 
 struct scenario {
@@ -51,6 +56,9 @@ struct scenario {
   double drain_s = 120;               ///< after the last arrival, at most this long to finish
   double report_interval_s = 10;
   bool coast = true;                  ///< engines run steady decode in one go (false: step by step)
+  int repeat = 1;                     ///< each run this many times, seeds seed, seed+1, ...
+  /// Answers end at the pools' own lengths ([pools.sim_text]) rather than at max_tokens.
+  bool natural_lengths = false;
   std::vector<std::string> regions{"local"};
   std::vector<std::string> policies;  ///< one run per policy (A/B); empty: as configured
   std::vector<std::string> traces;    ///< one run per trace; empty: [arrivals] as given

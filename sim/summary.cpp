@@ -1,5 +1,6 @@
 // summary.md: the headline table over a scenario's runs, with the oracle hit rate beside the
 // measured one, and links to each run's series and charts.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,19 @@ std::string write_summary(const std::vector<run_summary>& runs, const scenario& 
        "prompt block found); the fraction reads a routing result against the possible. Imbalance is the busiest "
        "replica's tokens in flight over the pool's mean, averaged over the report ticks.\n";
   if (!capacity_note.empty()) o << "\n" << capacity_note << "\n";
+  if (std::any_of(runs.begin(), runs.end(), [](const run_summary& m) { return !m.rollouts.empty(); })) {
+    o << "\n## Rollouts\n\nEach rollout controller's decisions: a rollback's stage time is how long the candidate "
+         "ran at its stage before a guard tripped.\n\n| run | time s | version | stage | percent | decision | stage time s "
+         "| reason |\n|---|---:|---|---|---:|---|---:|---|\n";
+    std::size_t rollbacks = 0;
+    for (const auto& m : runs) {
+      rollbacks += m.rollbacks;
+      for (const auto& d : m.rollouts)
+        o << "| " << m.label << " | " << num(d.t) << " | " << d.version << " | " << d.stage << " | " << num(d.percent, 0)
+          << " | " << d.decision << " | " << (d.stage_s >= 0 ? num(d.stage_s) : "") << " | " << d.reason << " |\n";
+    }
+    o << "\n" << rollbacks << " rollback(s) over " << runs.size() << " run(s).\n";
+  }
   o << "\n## Runs\n";
   for (const auto& m : runs) {
     const std::string d = file_safe(m.label);

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "actors/rollout_guard.hpp"
@@ -72,10 +73,15 @@ TEST_CASE("rollout guards: each margin, exactly at it and past it") {
   }
   // Too few on the live side: no decision either.
   CHECK_FALSE(guard_breach({50, 0, 0.2, 300}, {1000, 0.5, 0.2, 300}, lim).has_value());
-  // Combinations: the first margin passed is the one named.
+  // Combinations: every margin passed is named, the error rate first.
   auto why = guard_breach(live, {1000, 0.05, 0.5, 600}, lim);
   REQUIRE(why);
-  CHECK(why->find("error rate") != std::string::npos);
+  CHECK(why->find("error rate") == 0);
+  CHECK(why->find("p95 TTFT") != std::string::npos);
+  CHECK(why->find("mean output") != std::string::npos);
+  why = guard_breach(live, {1000, 0.010, 0.200, 390}, lim);
+  REQUIRE(why);
+  CHECK(why->find("mean output 390.0 tokens vs 300.0 live (+30%") == 0);
 }
 
 TEST_CASE("outcome window: trims to the window; p95, error rate and mean output") {
@@ -89,4 +95,45 @@ TEST_CASE("outcome window: trims to the window; p95, error rate and mean output"
   s = w.stats();
   CHECK(s.requests == 50);
   CHECK(s.ttft_p95_s == doctest::Approx(1.0));
+}
+
+TEST_CASE("rollout guards act on evidence: noise past a margin is not a rollback, a real shift is") {
+  rollout_config lim;
+  lim.guard_min_requests = 100;
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> ttft(std::log(0.2), 0.35);
+  std::uniform_int_distribution<int> out(200, 400);
+  auto fill = [&](outcome_window& w, int n, double ttft_scale, double out_scale, double fail) {
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int i = 0; i < n; ++i) {
+      const bool failed = u(rng) < fail;
+      w.add({0, failed, ttft(rng) * ttft_scale, static_cast<std::int32_t>(out(rng) * out_scale), !failed});
+    }
+  };
+  // The same distributions, 200 candidate requests: over many draws the point p95 passes +20%
+  // now and then, the evidence never does.
+  int point_breaches = 0, confirmed = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    outcome_window live, cand;
+    fill(live, 1800, 1, 1, 0.01);
+    fill(cand, 200, 1, 1, 0.01);
+    point_breaches += guard_breach(live.stats(), cand.stats(), lim).has_value();
+    confirmed += confirmed_breach(live, cand, lim).has_value();
+  }
+  CHECK(point_breaches > 0);
+  CHECK(confirmed == 0);
+  // Real shifts, each found and named.
+  struct shift {
+    double ttft, out, fail;
+    const char* named;
+  };
+  for (const shift& s : {shift{1.4, 1, 0.01, "p95 TTFT"}, shift{1, 1.3, 0.01, "mean output"}, shift{1, 1, 0.05, "error rate"}}) {
+    CAPTURE(s.named);
+    outcome_window live, cand;
+    fill(live, 1800, 1, 1, 0.01);
+    fill(cand, 400, s.ttft, s.out, s.fail);
+    auto why = confirmed_breach(live, cand, lim);
+    REQUIRE(why);
+    CHECK(why->find(s.named) != std::string::npos);
+  }
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "sim/report.hpp"
@@ -319,4 +321,97 @@ factor = 4
   }
   CHECK(mid > 0);      // the kills hit running streams
   CHECK(refused > 0);  // and the noisy team was refused
+}
+
+TEST_CASE("sim: a canary that errs is rolled back by its guards; an identical one is not; requests count where they ran") {
+  auto make = [](const std::string& fault) {
+    const std::string text = R"(
+[sim]
+name = "canary"
+duration_s = 200
+report_interval_s = 10
+natural_lengths = true
+[arrivals]
+rate = 20
+prompt_tokens = 300
+output_tokens = 400
+conversation_turns = 3
+[[arrivals.teams]]
+name = "search"
+[rollout]
+guard_window_s = 120
+guard_min_requests = 50
+check_interval_s = 5
+[[events]]
+at_s = 20
+action = "canary"
+version = "v2"
+percent = 50
+[[teams]]
+name = "search"
+api_key = "k"
+[[models]]
+name = "chat-7b"
+live_version = "v1"
+[[pools]]
+model = "chat-7b"
+version = "v1"
+replicas = 2
+[pools.sim_text]
+min_output_tokens = 40
+max_output_tokens = 80
+[[pools]]
+model = "chat-7b"
+version = "v2"
+replicas = 2
+)" + fault + R"(
+[pools.sim_text]
+min_output_tokens = 40
+max_output_tokens = 80
+)";
+    auto r = parse_scenario(text, "canary.toml", ".");
+    if (auto* e = std::get_if<std::string>(&r)) FAIL(*e);
+    return std::get<scenario>(r);
+  };
+  {
+    const scenario s = make("fault_fraction = 0.1");
+    auto r = run_once(s, s.runs().front());
+    REQUIRE(std::holds_alternative<run_result>(r));
+    const auto& res = std::get<run_result>(r);
+    REQUIRE(res.rollouts.size() == 2);
+    CHECK(res.rollouts[0].decision == "start");
+    CHECK(res.rollouts[0].t == doctest::Approx(20));
+    CHECK(res.rollouts[1].decision == "rollback");
+    CHECK(res.rollouts[1].version == "v2");
+    CHECK(res.rollouts[1].reason.find("error rate") == 0);
+    CHECK(res.rollouts[1].t > 20);
+    CHECK(res.rollouts[1].t < 200);
+    // After the rollback every request goes to v1.
+    std::size_t after = 0, after_on_v1 = 0;
+    for (const auto& q : res.requests)
+      if (q.arrival > res.rollouts[1].t + 1 && q.outcome == "completed") {
+        ++after;
+        after_on_v1 += q.version == "v1";
+      }
+    CHECK(after > 100);
+    CHECK(after_on_v1 == after);
+  }
+  {
+    const scenario s = make("");
+    auto r = run_once(s, s.runs().front());
+    REQUIRE(std::holds_alternative<run_result>(r));
+    const auto& res = std::get<run_result>(r);
+    REQUIRE(res.rollouts.size() == 1);
+    CHECK(res.rollouts[0].decision == "start");
+    // Half the requests on each version; the pool series count them where they ran.
+    std::size_t on_v2 = 0, routed = 0;
+    for (const auto& q : res.requests) {
+      if (q.arrival < 21 || q.outcome != "completed") continue;
+      ++routed;
+      on_v2 += q.version == "v2";
+      CHECK(res.pools[q.pool] == "local/chat-7b@" + q.version);
+    }
+    CHECK(on_v2 > routed * 4 / 10);
+    CHECK(on_v2 < routed * 6 / 10);
+  }
 }
