@@ -134,7 +134,7 @@ std::vector<child_spec> rollout_child_specs(stateful* self) {
     out.push_back({"rollout:" + model,
                    [rd, self](caf::local_actor* parent) mutable {
                      rd.node = caf::actor_cast<caf::actor>(parent);
-                     rd.store = self->state.sup.child("store");
+                     rd.stored = self->state.d.store != nullptr;
                      return parent->system().spawn(rollout_controller, rd);
                    },
                    restart_policy::permanent});

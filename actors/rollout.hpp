@@ -72,7 +72,7 @@ struct rollout_deps {
   config::model_route route;   ///< as stored (or the configured alias)
   config::rollout_config limits;
   caf::actor node;             ///< pools and routes
-  caf::actor store;            ///< null: nothing stored (the simulator, actor tests)
+  bool stored = false;         ///< the node has a store writer (not in the simulator, actor tests)
   std::shared_ptr<fleet_gauges> gauges;  ///< hears every decision (null: none)
   std::vector<config::model_version> known;  ///< versions a route may name without a store
   double previous_left_s = -1;  ///< the stored previous version's time left (-1: none)

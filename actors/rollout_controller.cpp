@@ -2,6 +2,7 @@
 #include <caf/all.hpp>
 #include <cstdio>
 
+#include "actors/node_supervisor.hpp"
 #include "actors/registry_calls.hpp"
 #include "actors/request.hpp"
 #include "actors/rollout.hpp"
@@ -26,11 +27,17 @@ std::string stats_json(const window_stats& w) {
 // Writes to the store and waits for its answer (the store answers every call; a plain send
 // would bring that answer back as a message nobody expects). A refusal is logged: the route
 // in memory stays the one that counts until the next write.
+// The store writer as registered now (a restarted one registers again); null without one.
+caf::actor store_of(stateful* self) {
+  if (!self->state.d.stored) return {};
+  return caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
+}
+
 template <class Answer = bool, class Write>
 void store_write(stateful* self, Write w) {
-  auto& st = self->state;
-  if (!st.d.store) return;
-  self->request(st.d.store, std::chrono::seconds(30), std::move(w))
+  const caf::actor store = store_of(self);
+  if (!store) return;
+  self->request(store, std::chrono::seconds(30), std::move(w))
       .then([](Answer&) {},
             [self](caf::error& e) {
               std::fprintf(stderr, "kiln: rollout %s: the store refused a write: %s\n", self->state.d.model.c_str(),
@@ -95,11 +102,12 @@ void with_version(stateful* self, const std::string& version, caf::response_prom
       then(v);
       return;
     }
-  if (!st.d.store) {
+  const caf::actor store = store_of(self);
+  if (!store) {
     rp.deliver(make_error(errc::unknown_model, "No version " + st.d.model + "@" + version + " is known."));
     return;
   }
-  self->request(st.d.store, std::chrono::seconds(30), version_call{st.d.model, version})
+  self->request(store, std::chrono::seconds(30), version_call{st.d.model, version})
       .then([then](config::model_version& v) mutable { then(v); },
             [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
 }
@@ -208,9 +216,7 @@ caf::result<rollout_view> on_alias(stateful* self, alias_order& o) {
            : back     ? "rollback"
                       : "alias",
            "by hand; " + r.previous + " kept loaded");
-    if (st.d.store) {
-      store_write(self, status_write{st.d.model, o.version, "live"});
-    }
+    store_write(self, status_write{st.d.model, o.version, "live"});
     const double keep = st.d.limits.keep_previous_hours * 3600;
     publish(self, keep);
     arm_retire(self, keep);
@@ -230,8 +236,9 @@ caf::behavior rollout_controller(stateful* self, rollout_deps deps) {
   for (const std::string* v : {&st.d.route.live, &st.d.route.canary, &st.d.route.shadow, &st.d.route.previous}) {
     if (v->empty() || std::any_of(st.d.known.begin(), st.d.known.end(), [&](const auto& k) { return k.version == *v; }))
       continue;
-    if (!st.d.store) continue;
-    self->request(st.d.store, std::chrono::seconds(30), version_call{st.d.model, *v})
+    const caf::actor store = store_of(self);
+    if (!store) continue;
+    self->request(store, std::chrono::seconds(30), version_call{st.d.model, *v})
         .then(
             [self](config::model_version& mv) {
               self->request(self->state.d.node, std::chrono::seconds(30), ensure_pool{mv})
