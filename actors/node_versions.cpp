@@ -5,7 +5,6 @@
 #include <set>
 
 #include <caf/all.hpp>
-#include <nlohmann/json.hpp>
 
 #include "actors/node_supervisor.hpp"
 #include "actors/router_shard.hpp"
@@ -90,19 +89,7 @@ std::optional<config::pool_config> pool_for_version(const node_state& st, const 
   for (const auto* p : st.all_pools())
     if (!base && p->model == v.model) base = p;
   if (!base) return std::nullopt;
-  config::pool_config c = *base;
-  c.version = v.version;
-  if (!v.weights_uri.empty()) {
-    auto dir = config::local_dir_of(v.weights_uri);
-    if (dir.index() == 0) c.model_dir = std::get<0>(dir);
-    c.make_if_absent.clear();
-  }
-  c.registered_files = v.files;
-  c.chat_template = v.chat_template;
-  const auto ec = nlohmann::json::parse(v.engine_config, nullptr, false);
-  if (ec.is_object() && ec.contains("replicas") && ec["replicas"].is_number_integer())
-    c.replicas = std::clamp(ec["replicas"].get<int>(), 1, 1024);
-  return c;
+  return config::version_pool(*base, v);
 }
 
 std::vector<child_spec> rollout_child_specs(stateful* self) {

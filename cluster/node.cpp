@@ -20,6 +20,7 @@
 #include "actors/node_supervisor.hpp"
 #include "config/store.hpp"
 #include "net/http_server.hpp"
+#include "sim/gate.hpp"
 
 namespace kiln::cluster {
 
@@ -178,6 +179,17 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   deps.ids = ids;
   deps.tenants = tenants;
   deps.admin_key = cfg->admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg->admin_key;
+  // A gate runs the simulator's capacity scenario, seconds of work: on the loader's threads.
+  deps.gate = [loader](config::pool_config pool, net::server_deps::gate_done done) {
+    loader->run([pool = std::move(pool), done = std::move(done)] {
+      auto r = sim::gate_capacity(pool);
+      if (auto* e = std::get_if<std::string>(&r)) return done(*e);
+      const auto& g = std::get<sim::gate_result>(r);
+      done(config::load_test{g.tokens_per_s, g.tokens_in_flight,
+                             "simulator capacity scenario: highest passing step " + std::to_string(static_cast<int>(g.rate)) +
+                                 " requests/s on one replica (p95 TTFT <= 1 s, streams >= 30 tokens/s)"});
+    });
+  };
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   };

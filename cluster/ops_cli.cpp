@@ -27,6 +27,8 @@ constexpr const char* kOpsUsage =
     "  versions MODEL                         registered versions with their hashes and status\n"
     "  register MODEL VERSION DIR [--template FILE] [--precision P] [--replicas N]\n"
     "                                         hash DIR's files here and register them as MODEL@VERSION\n"
+    "  gate MODEL VERSION                     load-test a version (the simulator's capacity scenario)\n"
+    "                                         and store its capacity with it\n"
     "  rollout MODEL VERSION canary|shadow PERCENT\n"
     "                                         start or move a stage (0 ends it)\n"
     "  rollout MODEL                          where the rollout stands\n"
@@ -244,6 +246,14 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return done(call(c, "POST", "/admin/models/" + a[1] + "/versions", body, reply, err), [&] {
       out << "registered " << cell(reply["model"]) << "@" << cell(reply["version"]) << " (" << cell(reply["status"])
           << ", weights " << cell(reply["weights_hash"]).substr(0, 16) << ")\n";
+    });
+  }
+  if (cmd == "gate") {
+    if (int rc = need(3, a, err)) return rc;
+    return done(call(c, "POST", "/admin/models/" + a[1] + "/versions/" + a[2] + "/gate", json::object(), reply, err), [&] {
+      out << cell(reply["model"]) << "@" << cell(reply["version"]) << " " << cell(reply["status"]) << ": "
+          << cell(reply["gate"]["tokens_per_s"]) << " output tokens/s per replica, " << cell(reply["gate"]["tokens_in_flight"])
+          << " tokens in flight (" << cell(reply["gate"]["detail"]) << ")\n";
     });
   }
   if (cmd == "rollout") {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "config/model_hash.hpp"
 
 namespace kiln::config {
@@ -58,5 +59,16 @@ struct rollout_row {
 };
 
 bool valid_precision(const std::string& p);
+
+/// A registered version's pool: `base` (the model's live pool) with the version's name,
+/// directory, files, chat template and replicas (engine_config's "replicas", else base's).
+pool_config version_pool(const pool_config& base, const model_version& v);
+
+/// What a gate measured.
+struct load_test {
+  double tokens_per_s = 0;      ///< output tokens/s one replica carries within the targets
+  double tokens_in_flight = 0;  ///< its tokens in flight there
+  std::string detail;           ///< how it was measured
+};
 
 }  // namespace kiln::config

@@ -1,6 +1,9 @@
 // The store's registry tables: model_versions (immutable once registered) with their hashed
 // files, models (each model's route) and rollouts (one row per decision).
+#include <algorithm>
 #include <chrono>
+
+#include <nlohmann/json.hpp>
 
 #include "config/sqlite_statement.hpp"
 #include "config/store.hpp"
@@ -37,6 +40,22 @@ model_version version_of(statement& st) {
 }
 
 }  // namespace
+
+pool_config version_pool(const pool_config& base, const model_version& v) {
+  pool_config c = base;
+  c.version = v.version;
+  if (!v.weights_uri.empty()) {
+    auto dir = local_dir_of(v.weights_uri);
+    if (dir.index() == 0) c.model_dir = std::get<0>(dir);
+    c.make_if_absent.clear();
+  }
+  c.registered_files = v.files;
+  c.chat_template = v.chat_template;
+  const auto ec = nlohmann::json::parse(v.engine_config, nullptr, false);
+  if (ec.is_object() && ec.contains("replicas") && ec["replicas"].is_number_integer())
+    c.replicas = std::clamp(ec["replicas"].get<int>(), 1, 1024);
+  return c;
+}
 
 bool valid_precision(const std::string& p) { return p == "fp16" || p == "int8" || p == "4bit"; }
 

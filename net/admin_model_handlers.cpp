@@ -182,6 +182,37 @@ void decisions(front& f, const std::shared_ptr<exchange>& ex, const std::string&
                                                 });
 }
 
+// POST /admin/models/{model}/versions/{version}/gate: the capacity scenario on one replica of
+// the version's pool; the figures are stored with the version (which becomes `gated`).
+void gate(front& f, const std::shared_ptr<exchange>& ex, const std::string& model, const std::string& version) {
+  if (!f.deps.gate)
+    return ex->respond(503, error_json({503, "server_error", "This node cannot run a gate.", "", "unavailable"}));
+  actors::ask<config::model_version>(
+      *f.deps.sys, store_of(f), actors::version_call{model, version}, kAskTimeout,
+      [&f, ex, model](caf::expected<config::model_version> v) {
+        if (!v) return answer_failure(f, ex, v.error(), "store");
+        const config::kiln_config& cfg = *f.deps.cfg;
+        const config::pool_config* base = cfg.pool_for(model, cfg.live_version(model));
+        for (const auto& p : cfg.pools)
+          if (!base && p.model == model) base = &p;
+        if (!base)
+          return answer_error(ex, to_api_error(actors::errc::unknown_model, "The model '" + model + "' has no pool here.", "", 0));
+        f.deps.gate(config::version_pool(*base, *v), [&f, ex, v = *v](std::variant<config::load_test, std::string> r) {
+          if (auto* e = std::get_if<std::string>(&r))
+            return answer_error(ex, to_api_error(actors::errc::invalid_request, "The gate could not run: " + *e, "", 0));
+          const auto lt = std::get<config::load_test>(r);
+          actors::ask<config::model_version>(
+              *f.deps.sys, store_of(f), actors::load_test_write{v.model, v.version, lt.tokens_per_s, lt.tokens_in_flight},
+              kAskTimeout, [&f, ex, lt](caf::expected<config::model_version> stored) {
+                if (!stored) return answer_failure(f, ex, stored.error(), "store");
+                json out = version_json(*stored);
+                out["gate"] = {{"tokens_per_s", lt.tokens_per_s}, {"tokens_in_flight", lt.tokens_in_flight}, {"detail", lt.detail}};
+                answer_json(ex, 200, out);
+              });
+        });
+      });
+}
+
 }  // namespace
 
 void add_model_routes(front& f) {
@@ -189,6 +220,8 @@ void add_model_routes(front& f) {
   using X = const std::shared_ptr<exchange>&;
   f.routes.add("POST", "/admin/models/{model}/versions", access::admin, [&f](X ex, P p) { register_version(f, ex, p.get("model")); });
   f.routes.add("GET", "/admin/models/{model}/versions", access::admin, [&f](X ex, P p) { list_versions(f, ex, p.get("model")); });
+  f.routes.add("POST", "/admin/models/{model}/versions/{version}/gate", access::admin,
+               [&f](X ex, P p) { gate(f, ex, p.get("model"), p.get("version")); });
   f.routes.add("PUT", "/admin/models/{model}/rollout", access::admin, [&f](X ex, P p) { rollout(f, ex, p.get("model")); });
   f.routes.add("GET", "/admin/models/{model}/rollout", access::admin,
                [&f](X ex, P p) { to_node(f, ex, actors::rollout_query{p.get("model")}); });

@@ -13,6 +13,7 @@
 #include "actors/gauges.hpp"
 #include "actors/request.hpp"
 #include "config/config.hpp"
+#include "config/registry.hpp"
 #include "config/store.hpp"
 #include "net/metrics.hpp"
 
@@ -30,6 +31,10 @@ struct server_deps {
   std::shared_ptr<const config::tenancy_board> tenants;  ///< teams and their (hashed) keys
   std::string admin_key;
   std::function<void(const std::string&)> access_log;  ///< one line per request
+  /// Gates a version's pool off the io and actor threads; `done` gets the figures or why not
+  /// (null: this node cannot gate).
+  using gate_done = std::function<void(std::variant<config::load_test, std::string>)>;
+  std::function<void(config::pool_config, gate_done)> gate;
 };
 
 class http_server {

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "sim/gate.hpp"
 #include "sim/report.hpp"
 #include "sim/sim.hpp"
 
@@ -20,12 +21,6 @@ bool parse_number(const std::string& s, double& out) {
   char* end = nullptr;
   out = std::strtod(s.c_str(), &end);
   return !s.empty() && *end == '\0' && std::isfinite(out);
-}
-
-/// Whether a capacity step met the targets (p95 TTFT, and streams fast enough).
-bool passes(const run_summary& m, const capacity_search& c) {
-  return m.completed > 0 && m.ttft_p95_ms <= c.ttft_p95_limit_s * 1e3 &&
-         m.slowest_stream_tokens_per_s_p5 >= c.min_stream_tokens_per_s && m.unfinished == 0;
 }
 
 }  // namespace

@@ -104,6 +104,11 @@ TEST_CASE("rollout e2e: register, canary 50%, promote and roll back through kiln
   CHECK(r.status == 1);
   CHECK(r.out.find("409") != std::string::npos);
 
+  // The gate runs the simulator, so a cpu pool's version is refused with the reason.
+  r = ops(port, "gate tiny-chat v2");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("sim executor") != std::string::npos);
+
   // Canary at 50%: its pool starts beside v1; conversations split by id.
   r = ops(port, "rollout tiny-chat v2 canary 50");
   CHECK(r.status == 0);

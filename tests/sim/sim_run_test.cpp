@@ -415,3 +415,39 @@ max_output_tokens = 80
     CHECK(on_v2 < routed * 6 / 10);
   }
 }
+
+#include "sim/gate.hpp"
+
+TEST_CASE("gate: one replica's capacity from the capacity scenario; a slower GPU carries less; only sim pools") {
+  auto parsed = kiln::config::parse_config(R"(
+[[teams]]
+name = "t"
+api_key = "k"
+[[pools]]
+model = "chat-7b"
+version = "v2"
+replicas = 6
+[pools.gpu]
+hbm_bytes_per_s = 3.35e12
+flops_per_s = 989e12
+hbm_capacity_bytes = 80e9
+)", "gate.toml");
+  REQUIRE(std::holds_alternative<kiln::config::kiln_config>(parsed));
+  kiln::config::pool_config pool = std::get<kiln::config::kiln_config>(parsed).pools.front();
+  auto r = gate_capacity(pool);
+  REQUIRE(std::holds_alternative<gate_result>(r));
+  const gate_result g = std::get<gate_result>(r);
+  CHECK(g.rate >= 2);
+  CHECK(g.steps == static_cast<int>(g.rate) + 1);  // every step up to the first that fails
+  CHECK(g.tokens_per_s == doctest::Approx(g.rate * 300).epsilon(0.05));  // 300-token answers
+  CHECK(g.tokens_in_flight > 0);
+  CHECK(g.ttft_p95_ms <= 1000);
+  pool.gpu.hbm_bytes_per_s /= 2;
+  pool.gpu.flops_per_s /= 2;
+  const gate_result slow = std::get<gate_result>(gate_capacity(pool));
+  CHECK(slow.rate < g.rate);
+  pool.executor = kiln::config::executor_kind::cpu;
+  auto refused = gate_capacity(pool);
+  REQUIRE(std::holds_alternative<std::string>(refused));
+  CHECK(std::get<std::string>(refused).find("sim executor") != std::string::npos);
+}
