@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/meter.hpp"
+#include "actors/stream_sink.hpp"
 
 namespace kiln::actors {
 
@@ -194,10 +195,15 @@ void shadow(stateful* self, const request& r) {
   auto it = st.pools.find(r.model + "@" + route.shadow);
   if (it == st.pools.end() || it->second.status != pool_status::serving || !it->second.router) return;
   if (!st.discard) {
-    st.discard = self->spawn([](caf::event_based_actor* a) -> caf::behavior {
-      a->set_default_handler(caf::drop);
-      return {[](tick_atom) {}};
-    });
+    // A sink like a client's, whose target keeps nothing (a bare actor that dropped what it
+    // did not expect would answer each stream message with an error, which stops the engine).
+    struct discard_target final : stream_target {
+      void on_tokens(stream_tokens) override {}
+      void on_end(stream_end) override {}
+      void on_error(stream_error) override {}
+    };
+    st.discard = spawn_stream_sink(self->system(), std::make_shared<discard_target>());
+    self->attach_functor([sink = st.discard] { stop_sink(sink); });  // it ends with admission
   }
   request copy = r;
   copy.id.origin ^= 0x5348414457ull;  // "SHADW": apart from every client's id

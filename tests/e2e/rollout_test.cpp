@@ -1,7 +1,7 @@
 // A version's life through `kiln ops` against a running kiln, while clients stream: register
-// tiny-chat@v2 (hashed here, checked there), canary it at 50%, promote it, roll it back. No
-// client sees an error; both versions serve; a tampered file is
-// refused at registration and, after it, at load.
+// tiny-chat@v2 (hashed here, checked there), shadow it, canary it at 50%, promote it, roll it
+// back. No client sees an error; both versions serve; a tampered file is refused at
+// registration and, after it, at load.
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
@@ -83,9 +83,9 @@ TEST_CASE("rollout e2e: register, canary 50%, promote and roll back through kiln
   const int port = p.port();
   fs::copy(root + "/v1", root + "/v2");  // the same weights as a new version: quality is not the test
 
-  // Clients stream through everything below: 30 conversations, 3 turns each, spread out.
+  // Clients stream through everything below: 30 conversations, 6 turns each, spread out.
   std::vector<stream_spec> specs;
-  for (int turn = 0; turn < 3; ++turn)
+  for (int turn = 0; turn < 6; ++turn)
     for (int c = 0; c < 30; ++c)
       specs.push_back({chat(c), {"Authorization: Bearer key-search", "x-conversation-id: conv-" + std::to_string(c)},
                        turn * 1500 + c * 40});
@@ -109,11 +109,20 @@ TEST_CASE("rollout e2e: register, canary 50%, promote and roll back through kiln
   CHECK(r.status == 1);
   CHECK(r.out.find("sim executor") != std::string::npos);
 
-  // Canary at 50%: its pool starts beside v1; conversations split by id.
+  // Shadow at 50%: v2's pool starts and gets copies; clients hear only v1.
+  r = ops(port, "rollout tiny-chat v2 shadow 50");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("shadow v2 at 50%") != std::string::npos);
+  REQUIRE(wait_status(port, "v2", "serving"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  r = ops(port, "--json rollout tiny-chat");
+  CHECK(json::parse(r.out)["window"]["shadow"]["requests"].get<int>() > 0);
+  CHECK(ops(port, "rollout tiny-chat v2 shadow 0").status == 0);
+
+  // Canary at 50%: conversations split by id.
   r = ops(port, "rollout tiny-chat v2 canary 50");
   CHECK(r.status == 0);
   CHECK(r.out.find("canary v2 at 50%") != std::string::npos);
-  REQUIRE(wait_status(port, "v2", "serving"));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the second turn runs on the split
 
   // Promote: one alias change; v1 stays loaded.
@@ -142,10 +151,14 @@ TEST_CASE("rollout e2e: register, canary 50%, promote and roll back through kiln
   // Every decision is a stored row, in order.
   r = ops(port, "--json decisions tiny-chat");
   const json rows = json::parse(r.out)["rollouts"];
-  REQUIRE(rows.size() == 3);
+  REQUIRE(rows.size() == 5);
   CHECK(rows[0]["decision"] == "start");
-  CHECK(rows[1]["decision"] == "promote");
-  CHECK(rows[2]["decision"] == "rollback");
+  CHECK(rows[0]["stage"] == "shadow");
+  CHECK(rows[1]["decision"] == "end");
+  CHECK(rows[2]["decision"] == "start");
+  CHECK(rows[2]["stage"] == "canary");
+  CHECK(rows[3]["decision"] == "promote");
+  CHECK(rows[4]["decision"] == "rollback");
   r = ops(port, "--json versions tiny-chat");
   CHECK(json::parse(r.out)["versions"][0]["status"] == "live");  // it was live once; v1 is the alias again
 

@@ -324,7 +324,7 @@ factor = 4
 }
 
 TEST_CASE("sim: a canary that errs is rolled back by its guards; an identical one is not; requests count where they ran") {
-  auto make = [](const std::string& fault) {
+  auto make = [](const std::string& fault, const std::string& stage = "canary") {
     const std::string text = R"(
 [sim]
 name = "canary"
@@ -344,7 +344,7 @@ guard_min_requests = 50
 check_interval_s = 5
 [[events]]
 at_s = 20
-action = "canary"
+action = ")" + stage + R"("
 version = "v2"
 percent = 50
 [[teams]]
@@ -413,6 +413,28 @@ max_output_tokens = 80
     }
     CHECK(on_v2 > routed * 4 / 10);
     CHECK(on_v2 < routed * 6 / 10);
+  }
+  {
+    // A shadow that errs is rolled back too, and no client saw its errors: every answer came
+    // from v1, while v2 carried the copies.
+    const scenario s = make("fault_fraction = 0.1", "shadow");
+    auto r = run_once(s, s.runs().front());
+    REQUIRE(std::holds_alternative<run_result>(r));
+    const auto& res = std::get<run_result>(r);
+    REQUIRE(res.rollouts.size() == 2);
+    CHECK(res.rollouts[1].decision == "rollback");
+    CHECK(res.rollouts[1].stage == "shadow");
+    CHECK(res.rollouts[1].reason.find("error rate") == 0);
+    std::size_t completed = 0;
+    for (const auto& q : res.requests) {
+      CHECK(q.outcome == "completed");
+      completed += q.version == "v1";
+    }
+    CHECK(completed == res.requests.size());
+    std::int64_t shadow_load = 0;
+    for (const auto& smp : res.samples[1]) shadow_load += smp.tokens_in_flight;  // local/chat-7b@v2
+    CHECK(res.pools[1] == "local/chat-7b@v2");
+    CHECK(shadow_load > 0);
   }
 }
 
