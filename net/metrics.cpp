@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <initializer_list>
+#include <map>
 #include <string_view>
+#include <tuple>
 
 namespace kiln::net {
 
@@ -223,6 +225,16 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
     const auto& [model, version, outcome] = key;
     out += "kiln_request_outcomes_total" + labels({{"model", model}, {"version", version}, {"outcome", outcome}}) + " " +
            std::to_string(n) + "\n";
+  }
+  // Rollout decisions since start, by model, version and decision (start, rollback, promote...).
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> decisions;
+  for (const auto& d : g.rollouts()) ++decisions[{d.model, d.version, d.decision}];
+  family(out, "kiln_rollout_decisions_total", "counter",
+         "Rollout controllers' decisions since start: start, advance, end, rollback, promote, alias, retire.");
+  for (const auto& [key, n] : decisions) {
+    const auto& [model, version, decision] = key;
+    out += "kiln_rollout_decisions_total" + labels({{"model", model}, {"version", version}, {"decision", decision}}) +
+           " " + std::to_string(n) + "\n";
   }
   render_teams(out, m, g);
   render_pools(out, m, g, cfg);
