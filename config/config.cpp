@@ -208,6 +208,23 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     if (p.text.max_output_tokens < p.text.min_output_tokens)
       st.fail("max_output_tokens", "must be at least min_output_tokens");
   }
+  if (const auto* a = r.table("autoscale")) {
+    reader ar(*a, path + ".autoscale");
+    auto& x = p.autoscale;
+    x.enabled = true;
+    ar.number("min_replicas", x.min_replicas, 0, 1e5);
+    ar.number("max_replicas", x.max_replicas, 0, 1e5);
+    ar.number("scale_up_at", x.scale_up_at, 0.01, 10);
+    ar.number("queue_trigger", x.queue_trigger, 0, 1e9);
+    ar.number("scale_down_at", x.scale_down_at, 0, 10);
+    ar.number("down_every_s", x.down_every_s, 0, 1e7);
+    ar.number("interval_s", x.interval_s, 0.01, 1e5);
+    ar.number("capacity_tokens", x.capacity_tokens, 0, 1e12);
+    ar.no_unknown_keys();
+    if (x.max_replicas == 0) x.max_replicas = std::max(p.replicas, x.min_replicas);
+    if (x.max_replicas < x.min_replicas) ar.fail("max_replicas", "must be at least min_replicas");
+    if (x.scale_down_at >= x.scale_up_at) ar.fail("scale_down_at", "must be below scale_up_at");
+  }
   r.no_unknown_keys();
   if (p.model.empty() || p.version.empty()) r.fail("model", "and version must not be empty");
   if (p.engine_kv_blocks() < 2 + p.limits.kv_reserve_blocks) {

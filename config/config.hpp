@@ -47,6 +47,19 @@ struct team_config {
 enum class executor_kind { sim, cpu, cuda };
 
 /// One model version served by `replicas` engines in this region.
+/// When a pool grows and shrinks ([pools.autoscale]).
+struct autoscale_config {
+  bool enabled = false;
+  int min_replicas = 1;
+  int max_replicas = 0;           ///< 0: the pool's configured replicas
+  double scale_up_at = 0.70;      ///< tokens in flight over the serving replicas' capacity
+  std::int64_t queue_trigger = 16;  ///< requests waiting in engines: the fast trigger
+  double scale_down_at = 0.40;    ///< remove one when the rest would stay below this
+  double down_every_s = 600;      ///< at most one removal per this long
+  double interval_s = 10;         ///< how often the autoscaler looks
+  std::int64_t capacity_tokens = 0;  ///< per replica; 0: the version's gate figure, else the pool's own
+};
+
 struct pool_config {
   std::string model;
   std::string version;
@@ -83,6 +96,7 @@ struct pool_config {
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
   engine::sim_text text;
+  autoscale_config autoscale;
 
   /// KV blocks per engine, null block included: kv_blocks, or derived from the cost model
   /// (sim) or 1024 (cpu).

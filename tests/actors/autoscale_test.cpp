@@ -1,0 +1,55 @@
+// The autoscaler's decisions as a table: scale-up at 70% of serving capacity and on the queue
+// trigger, each exactly at and one past its edge; replicas starting count against what is
+// added; the maximum; one removal per period, only when nothing starts, drains or waits.
+#include <doctest/doctest.h>
+
+#include "actors/autoscale.hpp"
+
+using namespace kiln::actors;
+
+TEST_CASE("autoscale decisions at and past each edge") {
+  kiln::config::autoscale_config c;
+  c.enabled = true;
+  c.min_replicas = 2;
+  c.max_replicas = 10;
+  c.scale_up_at = 0.70;
+  c.queue_trigger = 16;
+  c.scale_down_at = 0.40;
+  c.down_every_s = 600;
+  const double cap = 1000;  // tokens in flight per replica
+  struct row {
+    const char* what;
+    scale_inputs in;
+    int add;
+    bool remove;
+  };
+  const row rows[] = {
+      {"at 70%: nothing", {4, 0, 0, 2800, 0, cap, 0}, 0, false},
+      {"one token past 70%: one more", {4, 0, 0, 2801, 0, cap, 0}, 1, false},
+      {"far past: enough to come back to 70%", {4, 0, 0, 5600, 0, cap, 0}, 4, false},
+      {"the ones starting count", {4, 2, 0, 4000, 0, cap, 0}, 0, false},
+      {"starting, still short", {4, 1, 0, 4900, 0, cap, 0}, 2, false},
+      {"no more than the maximum", {8, 1, 0, 9000, 0, cap, 0}, 1, false},
+      {"at the maximum", {10, 0, 0, 9000, 0, cap, 0}, 0, false},
+      {"queue at the trigger: nothing", {4, 0, 0, 1000, 16, cap, 0}, 0, false},
+      {"queue one past: one more", {4, 0, 0, 1000, 17, cap, 0}, 1, false},
+      {"queue past, one already starting", {4, 1, 0, 1000, 17, cap, 0}, 0, false},
+      {"none serving yet, load: enough for it", {0, 0, 0, 1400, 0, cap, 1e9}, 2, false},
+      {"below min", {1, 0, 0, 0, 0, cap, 1e9}, 1, false},
+      {"idle, period passed: one fewer", {4, 0, 0, 1199, 0, cap, 600}, 0, true},
+      {"idle at the edge: the rest would be at 40%", {4, 0, 0, 1200, 0, cap, 600}, 0, false},
+      {"idle, a second before the period", {4, 0, 0, 0, 0, cap, 599}, 0, false},
+      {"idle but one is starting", {4, 1, 0, 0, 0, cap, 1e9}, 0, false},
+      {"idle but one is draining", {4, 0, 1, 0, 0, cap, 1e9}, 0, false},
+      {"idle but something waits", {4, 0, 0, 0, 1, cap, 1e9}, 0, false},
+      {"idle at min", {2, 0, 0, 0, 0, cap, 1e9}, 0, false},
+      {"no capacity figure: no decision", {4, 0, 0, 100000, 100, 0, 1e9}, 0, false},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.what);
+    const scale_decision d = decide_scale(r.in, c);
+    CHECK(d.add == r.add);
+    CHECK(d.remove_one == r.remove);
+    CHECK(d.why.empty() == (d.add == 0 && !d.remove_one));
+  }
+}
