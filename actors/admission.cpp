@@ -93,11 +93,19 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   return pool.router;
 }
 
+static std::int64_t capacity_of(const pool_update& u) {
+  const config::pool_config& p = *u.runtime->cfg;
+  const std::int64_t all = p.pool_capacity_tokens();
+  if (u.serving_replicas < 0 || p.replicas <= 0) return all;
+  return all / p.replicas * u.serving_replicas;  // an autoscaled pool: the replicas serving now
+}
+
 pool_gate& admission_state::gate(const std::string& key) {
   auto it = gates.find(key);
   if (it != gates.end()) return it->second;
-  const config::pool_config& p = *pools.at(key).runtime->cfg;
-  return gates.try_emplace(key, p.pool_capacity_tokens(), static_cast<std::size_t>(p.queue_limit),
+  const pool_update& u = pools.at(key);
+  const config::pool_config& p = *u.runtime->cfg;
+  return gates.try_emplace(key, capacity_of(u), static_cast<std::size_t>(p.queue_limit),
                            std::chrono::milliseconds(p.first_token_timeout_ms))
       .first->second;
 }
@@ -333,7 +341,15 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
       [self](tick_atom) { sweep(self); },
       [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },
       [self](pool_update& u) {
-        self->state.pools[u.model + "@" + u.version] = std::move(u);
+        auto& st = self->state;
+        const std::string key = u.model + "@" + u.version;
+        st.pools[key] = std::move(u);
+        const pool_update& now = st.pools[key];
+        if (auto g = st.gates.find(key); g != st.gates.end() && now.runtime && now.serving_replicas >= 0) {
+          pool_gate::moves m;
+          g->second.set_capacity(capacity_of(now), m);
+          apply(self, key, m);
+        }
       },
       [self](route_update& u) { self->state.routes[u.route.model] = std::move(u); },
   };

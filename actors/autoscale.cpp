@@ -18,34 +18,38 @@ scale_decision decide_scale(const scale_inputs& in, const config::autoscale_conf
     return d;
   }
   if (in.capacity_per_replica <= 0) return d;
+  // The demand: what runs, and what waits once it runs.
+  const double demand = static_cast<double>(in.tokens_in_flight) + static_cast<double>(in.queue_depth) * in.tokens_per_request;
   const double capacity = in.serving * in.capacity_per_replica;
-  const double load = capacity > 0 ? static_cast<double>(in.tokens_in_flight) / capacity : 1e9;
+  const double load = capacity > 0 ? demand / capacity : 1e9;
   const bool hot = load > c.scale_up_at;
   const bool queued = in.queue_depth > c.queue_trigger;
   if (hot || queued) {
-    // Enough replicas to bring the load back to the threshold; the queue asks for one more.
-    const int target = static_cast<int>(
-        std::ceil(static_cast<double>(in.tokens_in_flight) / (c.scale_up_at * in.capacity_per_replica)));
+    // Enough replicas (those starting included) to bring the demand back to the threshold;
+    // a queue past its trigger asks for at least one more than serve now.
+    const int target = static_cast<int>(std::ceil(demand / (c.scale_up_at * in.capacity_per_replica)));
     const int want = std::max(target - total, queued ? in.serving + 1 - total : 0);
     d.add = std::min(room, std::max(0, want));
     if (d.add > 0) {
-      std::snprintf(buf, sizeof buf, "%s: %lld tokens in flight on %d serving (%.0f%% of capacity), %lld queued",
-                    hot ? "load" : "queue", static_cast<long long>(in.tokens_in_flight), in.serving, 100 * load,
-                    static_cast<long long>(in.queue_depth));
+      std::snprintf(buf, sizeof buf, "%s: %lld tokens in flight and %lld requests queued on %d serving (%.0f%% of capacity)",
+                    hot ? "load" : "queue", static_cast<long long>(in.tokens_in_flight),
+                    static_cast<long long>(in.queue_depth), in.serving, 100 * load);
       d.why = buf;
     }
     return d;
   }
-  // One fewer only when nothing is starting or draining, the last removal is a period ago,
+  // One fewer only when nothing is starting or draining, the last change is a period ago,
   // nothing waits, and the others would carry the load below scale_down_at.
   if (in.starting > 0 || in.draining > 0 || in.serving <= c.min_replicas || in.queue_depth > 0 ||
       in.since_last_removal_s < c.down_every_s)
     return d;
+  // The busiest moment of the last minute must fit too: a lull between bursts is not idle.
+  const double busy = static_cast<double>(std::max(in.tokens_in_flight, in.recent_peak_tokens));
   const double rest = (in.serving - 1) * in.capacity_per_replica;
-  if (static_cast<double>(in.tokens_in_flight) < c.scale_down_at * rest) {
+  if (busy < c.scale_down_at * rest) {
     d.remove_one = true;
-    std::snprintf(buf, sizeof buf, "idle: %lld tokens in flight would be %.0f%% of %d replicas",
-                  static_cast<long long>(in.tokens_in_flight), 100 * in.tokens_in_flight / rest, in.serving - 1);
+    std::snprintf(buf, sizeof buf, "idle: at most %.0f tokens in flight in the last minute would be %.0f%% of %d replicas",
+                  busy, 100 * busy / rest, in.serving - 1);
     d.why = buf;
   }
   return d;

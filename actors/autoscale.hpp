@@ -6,6 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include <deque>
+#include <memory>
+#include <set>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/gauges.hpp"
 #include "config/config.hpp"
 
 namespace kiln::actors {
@@ -15,9 +23,11 @@ struct scale_inputs {
   int starting = 0;  ///< added and not serving yet (cold start)
   int draining = 0;  ///< on their way out
   std::int64_t tokens_in_flight = 0;
-  std::int64_t queue_depth = 0;        ///< requests waiting in the engines
+  std::int64_t queue_depth = 0;        ///< requests waiting in admission for room in the pool
   double capacity_per_replica = 0;     ///< tokens in flight one replica carries (the gate's figure)
-  double since_last_removal_s = 1e18;  ///< since the autoscaler last removed a replica
+  double since_last_removal_s = 1e18;  ///< since the autoscaler last added or removed replicas
+  double tokens_per_request = 0;       ///< what a waiting request will add to tokens in flight
+  std::int64_t recent_peak_tokens = 0; ///< the most tokens in flight over the last minute (scale-down looks at it)
 };
 
 struct scale_decision {
@@ -28,4 +38,37 @@ struct scale_decision {
 
 scale_decision decide_scale(const scale_inputs& in, const config::autoscale_config& c);
 
+/// Autoscaler -> its pool's supervisor: start `add` replicas (each after the pool's cold start).
+struct scale_up_order {
+  int add = 0;
+};
+/// Autoscaler -> pool: how many replicas serve now (capacity counts only those).
+struct serving_count {
+  int serving = 0;
+};
+/// Autoscaler -> pool: a drained replica leaves the pool.
+struct remove_replica {
+  std::string replica_id;
+};
+
+struct autoscaler_state {
+  std::shared_ptr<const config::pool_config> cfg;
+  caf::actor pool;
+  std::shared_ptr<fleet_gauges> gauges;
+  std::set<std::string> draining;  ///< replicas it asked to drain, until they are removed
+  std::deque<std::pair<caf::actor_clock::time_point, std::int64_t>> recent;  ///< tokens in flight, last minute
+  caf::actor_clock::time_point last_change;  ///< the last add or removal: a period before the next removal
+  bool changed_once = false;
+  static inline const char* name = "kiln.autoscaler";
+};
+
+/// One autoscaler per pool (and region): every interval it reads the pool's view, decides,
+/// starts replicas or drains one, and removes a drained one once it has stopped.
+caf::behavior autoscaler(caf::stateful_actor<autoscaler_state>* self, std::shared_ptr<const config::pool_config> cfg,
+                         caf::actor pool, std::shared_ptr<fleet_gauges> gauges);
+
 }  // namespace kiln::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::scale_up_order)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::remove_replica)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::serving_count)

@@ -96,6 +96,22 @@ class fleet_gauges {
     row = g;
     row.starts = std::max(starts, g.starts);
   }
+  /// A replica left its pool (scaled down): its rows go.
+  void erase_replica(const std::string& replica_id) {
+    std::lock_guard lock(mu_);
+    replicas_.erase(replica_id);
+    engines_.erase(replica_id);
+  }
+  /// An autoscaler's action (stage "autoscale", decision add/drain/remove), for the log and
+  /// the simulator's report.
+  void note_scale(rollout_gauge g) {
+    std::lock_guard lock(mu_);
+    scale_events_.push_back(std::move(g));
+  }
+  std::vector<rollout_gauge> scale_events() const {
+    std::lock_guard lock(mu_);
+    return scale_events_;
+  }
   /// A replica actor was started (again).
   void count_start(const std::string& replica_id) {
     std::lock_guard lock(mu_);
@@ -166,6 +182,7 @@ class fleet_gauges {
   }
   mutable std::mutex mu_;
   std::vector<rollout_gauge> rollouts_;
+  std::vector<rollout_gauge> scale_events_;
   std::map<std::string, engine_gauge> engines_;
   std::map<std::string, replica_gauge> replicas_;
   std::map<std::string, pool_gauge> pools_;

@@ -35,6 +35,7 @@ using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
 using recover_atom = caf::atom_constant<caf::atom("recover")>;
 using thaw_atom = caf::atom_constant<caf::atom("thaw")>;
 using unslow_atom = caf::atom_constant<caf::atom("unslow")>;
+using warm_atom = caf::atom_constant<caf::atom("warm")>;
 
 // --- engine -> sink, owner -> sink ---
 

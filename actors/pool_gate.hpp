@@ -48,6 +48,11 @@ class pool_gate {
   std::size_t waiting() const;
   std::size_t waiting(engine::priority tier) const { return queues_[static_cast<std::size_t>(tier)].size(); }
   std::int64_t capacity() const { return capacity_; }
+  /// A new capacity (the pool grew or shrank); what now fits leaves the queue.
+  void set_capacity(std::int64_t capacity, moves& out) {
+    capacity_ = capacity;
+    drain(out);
+  }
 
  private:
   struct waiter {

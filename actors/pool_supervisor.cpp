@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/autoscale.hpp"
 #include "actors/replica.hpp"
 
 namespace kiln::actors::detail {
@@ -55,6 +56,7 @@ pool_update pool_state::update() const {
   u.runtime = runtime;
   if (runtime) u.failure = runtime->failure;
   u.retry_at = retry_at;
+  u.serving_replicas = serving_replicas;
   return u;
 }
 
@@ -113,6 +115,28 @@ void wire(stateful* self, const std::vector<std::string>& started) {
     if (router && id != "router") self->send(router, replica_up{id, st.sup.child(id)});
 }
 
+supervisor_flags restart_flags(const config::pool_config& p) {
+  return {restart_strategy::one_for_one, p.restart_intensity, ms_span(p.restart_period_ms)};
+}
+
+// The next replica's child spec (its id numbered on from the last), remembered in replica_ids.
+child_spec replica_spec(stateful* self, caf::timespan cold_start) {
+  auto& st = self->state;
+  const config::pool_config& p = *st.d.cfg;
+  replica_deps rd;
+  rd.who = {replica_id_of(p, st.next_replica++), p.model, p.version, st.d.region};
+  rd.pool = st.runtime;
+  rd.gauges = st.d.gauges;
+  rd.loader = st.d.loader;
+  rd.engine_restarts = restart_flags(p);
+  rd.heartbeat = ms_span(p.heartbeat_ms);
+  rd.cold_start = cold_start;
+  st.replica_ids.push_back(rd.who.replica_id);
+  return {rd.who.replica_id,
+          [self, rd](caf::local_actor* parent) { return parent->system().spawn(replica, rd, self->state.router()); },
+          restart_policy::permanent};
+}
+
 void start_children(stateful* self) {
   auto& st = self->state;
   const config::pool_config& p = *st.d.cfg;
@@ -128,26 +152,38 @@ void start_children(stateful* self) {
   specs.push_back({"router",
                    [rs, g = st.d.gauges](caf::local_actor* parent) { return parent->system().spawn(router_shard, rs, g); },
                    restart_policy::permanent});
-  supervisor_flags flags{restart_strategy::one_for_one, p.restart_intensity, ms_span(p.restart_period_ms)};
-  for (int i = 0; i < p.replicas; ++i) {
-    replica_deps rd;
-    rd.who = {replica_id_of(p, i), p.model, p.version, st.d.region};
-    rd.pool = st.runtime;
-    rd.gauges = st.d.gauges;
-    rd.loader = st.d.loader;
-    rd.engine_restarts = flags;
-    rd.heartbeat = rs.heartbeat;
-    st.replica_ids.push_back(rd.who.replica_id);
-    specs.push_back({rd.who.replica_id,
-                     [self, rd](caf::local_actor* parent) {
-                       return parent->system().spawn(replica, rd, self->state.router());
-                     },
-                     restart_policy::permanent});
-  }
-  st.sup = supervisor(flags, std::move(specs));
+  for (int i = 0; i < p.replicas; ++i) specs.push_back(replica_spec(self, caf::timespan{0}));
+  st.sup = supervisor(restart_flags(p), std::move(specs));
   st.sup.start_all(self);
   std::vector<std::string> all{"router"};
   wire(self, all);
+  if (p.autoscale.enabled) {
+    const caf::actor a = self->spawn(autoscaler, st.d.cfg, caf::actor_cast<caf::actor>(self), st.d.gauges);
+    self->attach_functor([a] { caf::anon_send_exit(a, caf::exit_reason::user_shutdown); });
+  }
+}
+
+// Adds replicas the autoscaler asked for; each waits out the pool's cold start.
+void scale_up(stateful* self, int add) {
+  auto& st = self->state;
+  const auto cold = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.d.cfg->cold_start.total_s()));
+  for (int k = 0; k < add; ++k) {
+    child_spec spec = replica_spec(self, cold);
+    const std::string id = spec.id;
+    st.sup.add(self, std::move(spec));
+    if (const caf::actor router = st.router()) self->send(router, replica_up{id, st.sup.child(id)});
+  }
+  st.publish();
+}
+
+// A drained replica leaves: stopped, forgotten by the router and the gauges.
+void remove(stateful* self, const std::string& id) {
+  auto& st = self->state;
+  if (std::find(st.replica_ids.begin(), st.replica_ids.end(), id) == st.replica_ids.end()) return;
+  st.sup.stop(self, id);
+  std::erase(st.replica_ids, id);
+  if (const caf::actor router = st.router()) self->send(router, replica_gone{id});
+  if (st.d.gauges) st.d.gauges->erase_replica(id);
 }
 
 void on_child_down(stateful* self, const caf::down_msg& dm) {
@@ -227,6 +263,13 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
         return rp;
       },
       [self](drain_replica& d) { return ask_replica(self, d.replica_id, drain_atom::value); },
+      [self](scale_up_order& o) { scale_up(self, o.add); },
+      [self](remove_replica& r) { remove(self, r.replica_id); },
+      [self](serving_count& c) {
+        if (c.serving == self->state.serving_replicas) return;
+        self->state.serving_replicas = c.serving;
+        announce(self);  // admission sizes the pool's gate by it
+      },
       [self](chaos_request& c) -> caf::result<std::string> {
         auto& st = self->state;
         const caf::actor target = c.target == chaos_target::router ? st.router() : st.sup.child(c.id);

@@ -32,6 +32,7 @@ struct pool_update {
   caf::actor router;
   std::shared_ptr<const pool_runtime> runtime;
   std::string failure;                 ///< failed: why
+  int serving_replicas = -1;           ///< as its autoscaler counts them; -1: as configured
   caf::actor_clock::time_point retry_at;  ///< degraded: when its replicas start again
 };
 
@@ -81,6 +82,8 @@ struct pool_state {
   std::shared_ptr<const pool_runtime> runtime;
   supervisor sup;
   std::vector<std::string> replica_ids;
+  int next_replica = 0;  ///< the number the next replica's id gets
+  int serving_replicas = -1;  ///< from the autoscaler; -1: none
   caf::actor_clock::time_point retry_at;
 
   caf::actor router() const { return sup.child("router"); }

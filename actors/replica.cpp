@@ -87,8 +87,13 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
                     restart_policy::permanent};
   st.sup = supervisor(st.d.engine_restarts, {engine});
   if (st.d.gauges) st.d.gauges->count_start(st.d.who.replica_id);
-  st.sup.start_all(self);
-  st.phase = replica_phase::loading;
+  if (st.d.cold_start > caf::timespan{0}) {
+    st.phase = replica_phase::starting;  // the node, its weights and its warm-up are not there yet
+    self->delayed_send(self, st.d.cold_start, warm_atom::value);
+  } else {
+    st.sup.start_all(self);
+    st.phase = replica_phase::loading;
+  }
   st.publish();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -111,6 +116,13 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
       [self](tick_atom) {
         self->delayed_send(self, self->state.d.heartbeat, tick_atom::value);
         beat(self);
+      },
+      [self](warm_atom) {
+        auto& st = self->state;
+        if (st.phase != replica_phase::starting) return;  // drained before it was warm
+        st.sup.start_all(self);
+        st.phase = replica_phase::loading;
+        report(self);
       },
       [self](engine_ready&) {
         auto& st = self->state;

@@ -25,6 +25,9 @@ struct replica_deps {
   std::shared_ptr<actors::loader> loader;
   supervisor_flags engine_restarts;
   caf::timespan heartbeat = std::chrono::seconds(1);
+  /// A replica added by scaling waits this long (node start, weight copy, load, warm-up in the
+  /// simulator) before its engine starts; it stays `starting` meanwhile.
+  caf::timespan cold_start{0};
 };
 
 /// Where a replica reports (again after its router was restarted).

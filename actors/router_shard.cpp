@@ -365,6 +365,10 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
     self->quit(em.reason);
   });
   return {
+      [self](replica_gone& g) {
+        auto& reps = self->state.replicas;
+        std::erase_if(reps, [&](const auto& e) { return e.replica_id == g.replica_id; });
+      },
       [self](replica_set& set) {
         auto& st = self->state;
         st.replicas.clear();
@@ -372,7 +376,10 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       },
       [self](replica_up& up) {
         auto* e = self->state.find_replica(up.replica_id);
-        if (!e) return;
+        if (!e) {  // one the pool added (scaling up)
+          self->state.add_replica(up.replica_id, up.replica);
+          return;
+        }
         const std::uint64_t id_hash = e->id_hash;
         *e = {};
         e->replica_id = up.replica_id;

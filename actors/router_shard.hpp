@@ -107,6 +107,16 @@ typename Inspector::result_type inspect(Inspector& f, replica_up& x) {
   return f(caf::meta::type_name("replica_up"), x.replica_id, x.replica);
 }
 
+/// A replica the pool removed (drained, then stopped): the router forgets it.
+struct replica_gone {
+  std::string replica_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_gone& x) {
+  return f(caf::meta::type_name("replica_gone"), x.replica_id);
+}
+
 struct router_shard_state {
   struct entry {
     std::string replica_id;

@@ -208,6 +208,14 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     if (p.text.max_output_tokens < p.text.min_output_tokens)
       st.fail("max_output_tokens", "must be at least min_output_tokens");
   }
+  if (const auto* c = r.table("cold_start")) {
+    reader cr(*c, path + ".cold_start");
+    cr.number("node_start_s", p.cold_start.node_start_s, 0, 1e5);
+    cr.number("weight_copy_s", p.cold_start.weight_copy_s, 0, 1e5);
+    cr.number("load_s", p.cold_start.load_s, 0, 1e5);
+    cr.number("warmup_s", p.cold_start.warmup_s, 0, 1e5);
+    cr.no_unknown_keys();
+  }
   if (const auto* a = r.table("autoscale")) {
     reader ar(*a, path + ".autoscale");
     auto& x = p.autoscale;

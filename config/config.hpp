@@ -55,9 +55,19 @@ struct autoscale_config {
   double scale_up_at = 0.70;      ///< tokens in flight over the serving replicas' capacity
   std::int64_t queue_trigger = 16;  ///< requests waiting in engines: the fast trigger
   double scale_down_at = 0.40;    ///< remove one when the rest would stay below this
-  double down_every_s = 600;      ///< at most one removal per this long
+  double down_every_s = 600;      ///< a removal only this long after the last add or removal
   double interval_s = 10;         ///< how often the autoscaler looks
   std::int64_t capacity_tokens = 0;  ///< per replica; 0: the version's gate figure, else the pool's own
+};
+
+/// A new replica's cold start, phase by phase ([pools.cold_start]); the simulator waits this
+/// long before a replica added by scaling loads (real executors measure their own).
+struct cold_start_config {
+  double node_start_s = 0;   ///< a GPU node allocated and booted
+  double weight_copy_s = 0;  ///< weights copied to the node
+  double load_s = 0;         ///< weights loaded into GPU memory
+  double warmup_s = 0;       ///< graphs captured, first steps run
+  double total_s() const { return node_start_s + weight_copy_s + load_s + warmup_s; }
 };
 
 struct pool_config {
@@ -97,6 +107,7 @@ struct pool_config {
   engine::gpu_assumptions gpu;
   engine::sim_text text;
   autoscale_config autoscale;
+  cold_start_config cold_start;
 
   /// KV blocks per engine, null block included: kv_blocks, or derived from the cost model
   /// (sim) or 1024 (cpu).

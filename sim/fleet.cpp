@@ -368,7 +368,9 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       if (std::get<2>(key) == "retried") res.retried += n;
     for (const auto& e : rr.rt->gauges->engines()) res.engine_steps += e.steps;
     log.insert(log.end(), std::make_move_iterator(rr.event_log.begin()), std::make_move_iterator(rr.event_log.end()));
-    for (const auto& g : rr.rt->gauges->rollouts())
+    auto decisions = rr.rt->gauges->rollouts();
+    for (auto& g : rr.rt->gauges->scale_events()) decisions.push_back(std::move(g));
+    for (const auto& g : decisions)
       res.rollouts.push_back({std::chrono::duration<double>(g.at - rr.rt->start).count(), rr.name, g.model, g.version,
                               g.stage, g.percent, g.decision, g.reason});
   }

@@ -45,7 +45,7 @@ struct pool_sample {
   std::int64_t engine_waiting = 0;
 };
 
-/// A rollout controller's decision, at virtual time.
+/// A rollout controller's decision or an autoscaler's action (stage "autoscale"), at virtual time.
 struct rollout_record {
   double t = 0;
   std::string region;
@@ -53,7 +53,7 @@ struct rollout_record {
   std::string version;
   std::string stage;
   double percent = 0;
-  std::string decision;  ///< start, advance, end, rollback, promote, alias, retire
+  std::string decision;  ///< start, advance, end, rollback, promote, alias, retire; add N, drain R, remove R
   std::string reason;
 };
 

@@ -187,6 +187,10 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     for (const auto& p : s.policies)
       if (!known_policy(p)) r.fail("policies", "names an unknown policy \"" + p + "\"");
     r.texts("traces", s.traces);
+    r.texts("processes", s.processes);
+    for (const auto& name : s.processes)
+      if (name != "poisson" && name != "ramp" && name != "step" && name != "daily")
+        r.fail("processes", "names an unknown process \"" + name + "\" (poisson, ramp, step or daily)");
     r.text("compare_without", s.compare_without);
     for (auto& t : s.traces) t = resolve(dir, t);
   }
@@ -242,9 +246,18 @@ std::vector<run_plan> scenario::runs() const {
   std::vector<run_plan> out;
   std::vector<arrival_spec> sources;
   std::vector<std::string> source_names;
-  if (traces.empty()) {
+  if (traces.empty() && processes.empty()) {
     sources.push_back(arrivals);
     source_names.push_back(arrivals.process == arrival_process::trace ? arrivals.trace : "");
+  }
+  for (const auto& name : processes) {
+    arrival_spec a = arrivals;
+    a.process = name == "ramp"   ? arrival_process::ramp
+                : name == "step" ? arrival_process::step
+                : name == "daily" ? arrival_process::daily
+                                  : arrival_process::poisson;
+    sources.push_back(a);
+    source_names.push_back(name);  // the run's label
   }
   for (const auto& t : traces) {
     arrival_spec a = arrivals;

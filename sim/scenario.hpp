@@ -62,6 +62,7 @@ struct scenario {
   std::vector<std::string> regions{"local"};
   std::vector<std::string> policies;  ///< one run per policy (A/B); empty: as configured
   std::vector<std::string> traces;    ///< one run per trace; empty: [arrivals] as given
+  std::vector<std::string> processes; ///< one run per arrival process (ramp, step...); empty: [arrivals]'s
   std::string compare_without;        ///< a team: each run again without its traffic (the baseline)
   arrival_spec arrivals;
   std::vector<sim_event> events;

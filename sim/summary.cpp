@@ -46,8 +46,8 @@ std::string write_summary(const std::vector<run_summary>& runs, const scenario& 
        "replica's tokens in flight over the pool's mean, averaged over the report ticks.\n";
   if (!capacity_note.empty()) o << "\n" << capacity_note << "\n";
   if (std::any_of(runs.begin(), runs.end(), [](const run_summary& m) { return !m.rollouts.empty(); })) {
-    o << "\n## Rollouts\n\nEach rollout controller's decisions: a rollback's stage time is how long the candidate "
-         "ran at its stage before a guard tripped.\n\n| run | time s | version | stage | percent | decision | stage time s "
+    o << "\n## Rollouts and scaling\n\nEach rollout controller's decisions (a rollback's stage time is how long the "
+         "candidate ran at its stage before a guard tripped) and each autoscaler's actions.\n\n| run | time s | version | stage | percent | decision | stage time s "
          "| reason |\n|---|---:|---|---|---:|---|---:|---|\n";
     std::size_t rollbacks = 0;
     for (const auto& m : runs) {

@@ -37,6 +37,8 @@ TEST_CASE("autoscale decisions at and past each edge") {
       {"none serving yet, load: enough for it", {0, 0, 0, 1400, 0, cap, 1e9}, 2, false},
       {"below min", {1, 0, 0, 0, 0, cap, 1e9}, 1, false},
       {"idle, period passed: one fewer", {4, 0, 0, 1199, 0, cap, 600}, 0, true},
+      {"idle now, but busy a moment ago", {4, 0, 0, 100, 0, cap, 600, 0, 1200}, 0, false},
+      {"idle now and over the last minute", {4, 0, 0, 100, 0, cap, 600, 0, 1199}, 0, true},
       {"idle at the edge: the rest would be at 40%", {4, 0, 0, 1200, 0, cap, 600}, 0, false},
       {"idle, a second before the period", {4, 0, 0, 0, 0, cap, 599}, 0, false},
       {"idle but one is starting", {4, 1, 0, 0, 0, cap, 1e9}, 0, false},
@@ -44,6 +46,11 @@ TEST_CASE("autoscale decisions at and past each edge") {
       {"idle but something waits", {4, 0, 0, 0, 1, cap, 1e9}, 0, false},
       {"idle at min", {2, 0, 0, 0, 0, cap, 1e9}, 0, false},
       {"no capacity figure: no decision", {4, 0, 0, 100000, 100, 0, 1e9}, 0, false},
+      // What waits counts: 10 queued of 100 tokens each beside 1,800 running is 2,800 = 70%.
+      {"running and waiting at 70%", {4, 0, 0, 1800, 10, cap, 0, 100}, 0, false},
+      {"running and waiting past 70%", {4, 0, 0, 1801, 10, cap, 0, 100}, 1, false},
+      {"a deep queue: all of it, to the maximum", {4, 0, 0, 2800, 100, cap, 0, 100}, 6, false},
+      {"a deep queue, most of it starting", {4, 4, 0, 2800, 100, cap, 0, 100}, 2, false},
   };
   for (const auto& r : rows) {
     CAPTURE(r.what);

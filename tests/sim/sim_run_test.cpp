@@ -473,3 +473,80 @@ hbm_capacity_bytes = 80e9
   REQUIRE(std::holds_alternative<std::string>(refused));
   CHECK(std::get<std::string>(refused).find("sim executor") != std::string::npos);
 }
+
+TEST_CASE("sim: the autoscaler adds replicas that serve after their cold start, then drains and removes one") {
+  const std::string text = R"(
+[sim]
+name = "scale"
+duration_s = 400
+report_interval_s = 5
+[arrivals]
+process = "step"
+rate = 8
+step_at_s = 150
+step_factor = 0.1
+prompt_tokens = 400
+output_tokens = 100
+[[arrivals.teams]]
+name = "search"
+[[teams]]
+name = "search"
+api_key = "k"
+[[pools]]
+model = "chat-7b"
+version = "v1"
+replicas = 1
+capacity_tokens = 3000
+queue_limit = 100000
+[pools.autoscale]
+min_replicas = 1
+max_replicas = 3
+down_every_s = 60
+interval_s = 5
+[pools.cold_start]
+node_start_s = 10
+weight_copy_s = 10
+load_s = 5
+warmup_s = 5
+)";
+  auto parsed = parse_scenario(text, "scale.toml", ".");
+  if (auto* e = std::get_if<std::string>(&parsed)) FAIL(*e);
+  const scenario s = std::get<scenario>(parsed);
+  auto r = run_once(s, s.runs().front());
+  REQUIRE(std::holds_alternative<run_result>(r));
+  const auto& res = std::get<run_result>(r);
+  double first_add = -1, last_add = -1, drain = -1, removed = -1;
+  for (const auto& d : res.rollouts) {
+    CHECK(d.stage == "autoscale");
+    if (d.decision.starts_with("add") && first_add < 0) first_add = d.t;
+    if (d.decision.starts_with("add") && d.t < 150) last_add = d.t;
+    if (d.decision.starts_with("drain") && drain < 0) drain = d.t;
+    if (d.decision.starts_with("remove") && removed < 0) removed = d.t;
+  }
+  REQUIRE(first_add > 0);
+  CHECK(first_add < 150);
+  // Capacity counts once it serves: no second replica serves before its 30 s cold start.
+  int most = 0;
+  for (const auto& smp : res.samples.front()) {
+    const int serving = smp.phases.count("serving") ? smp.phases.at("serving") : 0;
+    if (smp.t < first_add + 30) CHECK(serving <= 1);
+    most = std::max(most, serving);
+  }
+  CHECK(most >= 2);
+  CHECK(most <= 3);
+  // After the load falls: one drain, a period after the last add, then its removal once drained.
+  REQUIRE(drain > 150);
+  for (const auto& d : res.rollouts)
+    if (d.decision.starts_with("add")) CHECK(drain - d.t >= 60);
+  CHECK(removed >= drain);
+  CHECK(res.requests.size() > 500);
+  // The full pool refuses (429, over its share) while the new replicas start; once they serve,
+  // admission sizes the pool by them and refusals all but stop.
+  int early = 0, late = 0;
+  for (const auto& q : res.requests) {
+    CHECK((q.outcome == "completed" || q.outcome == "over_limit"));
+    if (q.outcome == "over_limit") ++(q.arrival < last_add + 40 ? early : late);
+  }
+  CHECK(early > 0);
+  CHECK(late * 5 < early);
+}
