@@ -137,6 +137,13 @@ child_spec replica_spec(stateful* self, caf::timespan cold_start) {
           restart_policy::permanent};
 }
 
+// The autoscaler, watched: if it dies, the pool starts another (its history starts afresh).
+void start_scaler(stateful* self) {
+  auto& st = self->state;
+  *st.scaler = self->spawn(autoscaler, st.d.cfg, caf::actor_cast<caf::actor>(self), st.d.gauges);
+  self->monitor(*st.scaler);
+}
+
 void start_children(stateful* self) {
   auto& st = self->state;
   const config::pool_config& p = *st.d.cfg;
@@ -158,8 +165,10 @@ void start_children(stateful* self) {
   std::vector<std::string> all{"router"};
   wire(self, all);
   if (p.autoscale.enabled) {
-    const caf::actor a = self->spawn(autoscaler, st.d.cfg, caf::actor_cast<caf::actor>(self), st.d.gauges);
-    self->attach_functor([a] { caf::anon_send_exit(a, caf::exit_reason::user_shutdown); });
+    start_scaler(self);
+    self->attach_functor([box = st.scaler] {
+      if (*box) caf::anon_send_exit(*box, caf::exit_reason::user_shutdown);
+    });
   }
 }
 
@@ -188,6 +197,15 @@ void remove(stateful* self, const std::string& id) {
 
 void on_child_down(stateful* self, const caf::down_msg& dm) {
   auto& st = self->state;
+  if (*st.scaler && dm.source == st.scaler->address()) {
+    *st.scaler = {};
+    if (abnormal_exit(dm.reason)) {
+      std::fprintf(stderr, "kiln: pool %s@%s: its autoscaler died (%s); starting another\n", st.d.cfg->model.c_str(),
+                   st.d.cfg->version.c_str(), caf::to_string(dm.reason).c_str());
+      start_scaler(self);
+    }
+    return;
+  }
   const auto out = st.sup.on_down(self, dm.source, dm.reason);
   if (!out.ours) return;
   if (out.escalate) {

@@ -84,6 +84,9 @@ struct pool_state {
   std::vector<std::string> replica_ids;
   int next_replica = 0;  ///< the number the next replica's id gets
   int serving_replicas = -1;  ///< from the autoscaler; -1: none
+  /// The pool's autoscaler (started again if it dies); shared with the functor that stops it
+  /// when the pool ends.
+  std::shared_ptr<caf::actor> scaler = std::make_shared<caf::actor>();
   caf::actor_clock::time_point retry_at;
 
   caf::actor router() const { return sup.child("router"); }
