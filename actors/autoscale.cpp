@@ -55,4 +55,21 @@ scale_decision decide_scale(const scale_inputs& in, const config::autoscale_conf
   return d;
 }
 
+double per_replica_capacity(const config::pool_config& p, double gated) {
+  if (p.autoscale.capacity_tokens > 0) return static_cast<double>(p.autoscale.capacity_tokens);
+  if (gated > 0) return gated;
+  return p.replicas > 0 ? static_cast<double>(p.pool_capacity_tokens()) / p.replicas : 0;
+}
+
+int scheduled_minimum(const config::autoscale_config& c, std::int64_t unix_s) {
+  int most = 0;
+  for (const auto& e : c.schedule) {
+    // Active when a named time lies in [now - hold, now + lead].
+    const auto lead = static_cast<std::int64_t>(e.lead_s);
+    const auto hold = static_cast<std::int64_t>(e.hold_s);
+    if (e.when.last_in(unix_s - hold, unix_s + lead) >= 0) most = std::max(most, e.min_replicas);
+  }
+  return most;
+}
+
 }  // namespace kiln::actors

@@ -47,6 +47,10 @@ struct replica_gauge {
   std::string phase;
   std::uint64_t restarts = 0;  ///< engine restarts by this replica
   std::uint64_t starts = 0;    ///< times this replica was started (1 + restarts by its pool)
+  double ready_seconds = -1;   ///< from its last start to serving (cold start, measured); -1: not yet
+  bool warm = false;           ///< its pool holds it back from routing (set by the pool)
+  /// The phase to show: a warm replica that could serve is "warm".
+  std::string shown_phase() const { return warm && phase == "serving" ? "warm" : phase; }
 };
 
 struct pool_gauge {
@@ -93,8 +97,21 @@ class fleet_gauges {
     std::lock_guard lock(mu_);
     auto& row = replicas_[g.replica_id];
     const std::uint64_t starts = row.starts;
+    const bool warm = row.warm;
     row = g;
     row.starts = std::max(starts, g.starts);
+    row.warm = warm;
+  }
+  /// The pool holds a replica back from routing (warm), or lets it serve.
+  void set_warm(const std::string& replica_id, bool warm) {
+    std::lock_guard lock(mu_);
+    replicas_[replica_id].warm = warm;
+  }
+  /// A replica's phase as it last published it ("" when unknown).
+  std::string replica_phase(const std::string& replica_id) const {
+    std::lock_guard lock(mu_);
+    auto it = replicas_.find(replica_id);
+    return it == replicas_.end() ? std::string() : it->second.phase;
   }
   /// A replica left its pool (scaled down): its rows go.
   void erase_replica(const std::string& replica_id) {

@@ -27,6 +27,13 @@ const config::pool_config* pool_named(const node_state& st, const std::string& k
   return nullptr;
 }
 
+// Names a (re)started child in the registry. CAF's put keeps an existing entry, so the dead
+// actor a restart replaces would stay named without the erase.
+void name_actor(caf::actor_system& sys, caf::atom_value name, const caf::actor& a) {
+  sys.registry().erase(name);
+  sys.registry().put(name, caf::actor_cast<caf::strong_actor_ptr>(a));
+}
+
 // Resolves "random" among the pools that serve now.
 std::string pick_target(stateful* self, chaos_target t) {
   auto& st = self->state;
@@ -34,7 +41,7 @@ std::string pick_target(stateful* self, chaos_target t) {
   for (const auto* p : st.all_pools()) {
     auto it = st.pools.find(p->model + "@" + p->version);
     if (it == st.pools.end() || it->second.status != pool_status::serving) continue;
-    if (t == chaos_target::router) {
+    if (t == chaos_target::router || t == chaos_target::autoscaler) {
       ids.push_back(p->model + "@" + p->version);
       continue;
     }
@@ -44,11 +51,22 @@ std::string pick_target(stateful* self, chaos_target t) {
   return ids[std::uniform_int_distribution<std::size_t>(0, ids.size() - 1)(st.rng)];
 }
 
+// The store writer killed: its supervisor (the node) starts another, which opens the same store.
+caf::result<chaos_report> kill_store(stateful* self, const chaos_request& c) {
+  const caf::actor store = self->state.sup.child("store");
+  if (!store) return caf::make_error(caf::sec::invalid_argument, "this node runs no store writer");
+  if (c.action != chaos_action::kill)
+    return caf::make_error(caf::sec::invalid_argument, "the store writer can be killed, not " + std::string(to_string(c.action)));
+  caf::anon_send_exit(store, caf::exit_reason::kill);
+  return chaos_report{"store", "store", "", "", "kill"};
+}
+
 caf::result<chaos_report> on_chaos(stateful* self, chaos_request& c) {
   auto& st = self->state;
+  if (c.target == chaos_target::store) return kill_store(self, c);
   if (c.id == "random") c.id = pick_target(self, c.target);
-  const config::pool_config* p =
-      c.target == chaos_target::router ? pool_named(st, c.id) : pool_of_replica(st, c.id);
+  const bool by_pool = c.target == chaos_target::router || c.target == chaos_target::autoscaler;
+  const config::pool_config* p = by_pool ? pool_named(st, c.id) : pool_of_replica(st, c.id);
   if (!p)
     return caf::make_error(caf::sec::invalid_argument,
                            c.id.empty() ? "no pool is serving" : "no " + std::string(to_string(c.target)) + " named " + c.id);
@@ -104,7 +122,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                    [cfg, self](caf::local_actor* parent) {
                      auto a = parent->system().spawn(admission, cfg, self->state.d.tenants, self->state.d.gauges,
                                                      self->state.d.capture);
-                     parent->system().registry().put(admission_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                     name_actor(parent->system(), admission_name, a);
                      return a;
                    },
                    restart_policy::permanent});
@@ -112,7 +130,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
     specs.push_back({"store",
                      [db = st.d.store, board = st.d.board](caf::local_actor* parent) {
                        auto a = parent->system().spawn(store_writer, db, board, caf::actor_cast<caf::actor>(parent));
-                       parent->system().registry().put(store_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                       name_actor(parent->system(), store_name, a);
                        return a;
                      },
                      restart_policy::permanent});
@@ -121,7 +139,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
     specs.push_back({"meter",
                      [md = st.d.meter](caf::local_actor* parent) {
                        auto a = parent->system().spawn(meter, md);
-                       parent->system().registry().put(meter_name, caf::actor_cast<caf::strong_actor_ptr>(a));
+                       name_actor(parent->system(), meter_name, a);
                        return a;
                      },
                      restart_policy::permanent});

@@ -65,6 +65,7 @@ struct node_deps {
   /// Stored routes, each with its previous version's seconds left (-1: none); a model
   /// without one routes to its configured live version.
   std::vector<std::pair<config::model_route, double>> routes;
+  calendar_anchor calendar;  ///< the actor clock on the calendar (autoscaler schedules)
 };
 
 struct node_state {

@@ -76,6 +76,7 @@ child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_co
   pd.region = st.d.cfg->region;
   pd.gauges = st.d.gauges;
   pd.loader = st.d.loader;
+  pd.calendar = st.d.calendar;
   return {node_state::pool_child(*p),
           [pd](caf::local_actor* parent) mutable {
             pd.node = caf::actor_cast<caf::actor>(parent);

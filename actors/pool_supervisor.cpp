@@ -33,12 +33,15 @@ std::string_view to_string(chaos_target t) {
     case chaos_target::engine: return "engine";
     case chaos_target::replica: return "replica";
     case chaos_target::router: return "router";
+    case chaos_target::autoscaler: return "autoscaler";
+    case chaos_target::store: return "store";
   }
   return "replica";
 }
 
 std::optional<chaos_target> chaos_target_from(std::string_view name) {
-  for (auto t : {chaos_target::engine, chaos_target::replica, chaos_target::router})
+  for (auto t : {chaos_target::engine, chaos_target::replica, chaos_target::router, chaos_target::autoscaler,
+                 chaos_target::store})
     if (to_string(t) == name) return t;
   return std::nullopt;
 }
@@ -64,6 +67,10 @@ void pool_state::publish() const {
   if (d.gauges) d.gauges->set_pool({d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts()});
 }
 
+bool pool_state::is_warm(const std::string& id) const {
+  return std::find(warm_ids.begin(), warm_ids.end(), id) != warm_ids.end();
+}
+
 pool_view pool_state::own_view(caf::actor_clock::time_point now) const {
   pool_view v;
   v.model = d.cfg->model;
@@ -77,6 +84,7 @@ pool_view pool_state::own_view(caf::actor_clock::time_point now) const {
     r.replica_id = id;
     r.version = d.cfg->version;
     r.phase = sup.child(id) ? "starting" : "stopped";
+    r.warm = is_warm(id);
     v.replicas.push_back(std::move(r));
   }
   return v;
@@ -103,6 +111,7 @@ void wire(stateful* self, const std::vector<std::string>& started) {
   if (new_router && router) {
     replica_set set;
     for (const auto& id : st.replica_ids) {
+      if (st.is_warm(id)) continue;  // held back from routing
       set.replicas.push_back(st.sup.child(id));
       set.ids.push_back(id);
     }
@@ -112,7 +121,7 @@ void wire(stateful* self, const std::vector<std::string>& started) {
     return;
   }
   for (const auto& id : started)
-    if (router && id != "router") self->send(router, replica_up{id, st.sup.child(id)});
+    if (router && id != "router" && !st.is_warm(id)) self->send(router, replica_up{id, st.sup.child(id)});
 }
 
 supervisor_flags restart_flags(const config::pool_config& p) {
@@ -140,7 +149,8 @@ child_spec replica_spec(stateful* self, caf::timespan cold_start) {
 // The autoscaler, watched: if it dies, the pool starts another (its history starts afresh).
 void start_scaler(stateful* self) {
   auto& st = self->state;
-  *st.scaler = self->spawn(autoscaler, st.d.cfg, caf::actor_cast<caf::actor>(self), st.d.gauges);
+  *st.scaler = self->spawn(autoscaler, autoscaler_deps{st.d.cfg, caf::actor_cast<caf::actor>(self), st.d.gauges,
+                                                      st.d.region, st.d.calendar});
   self->monitor(*st.scaler);
 }
 
@@ -172,17 +182,19 @@ void start_children(stateful* self) {
   }
 }
 
-// Adds replicas the autoscaler asked for; each waits out the pool's cold start.
-void scale_up(stateful* self, int add) {
+caf::timespan cold_start_of(const config::pool_config& p) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(p.cold_start.total_s()));
+}
+
+// Starts one replica after the pool's cold start: announced to the router, or held warm.
+void start_replica(stateful* self, bool warm) {
   auto& st = self->state;
-  const auto cold = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.d.cfg->cold_start.total_s()));
-  for (int k = 0; k < add; ++k) {
-    child_spec spec = replica_spec(self, cold);
-    const std::string id = spec.id;
-    st.sup.add(self, std::move(spec));
-    if (const caf::actor router = st.router()) self->send(router, replica_up{id, st.sup.child(id)});
-  }
-  st.publish();
+  child_spec spec = replica_spec(self, cold_start_of(*st.d.cfg));
+  const std::string id = spec.id;
+  if (warm) st.warm_ids.push_back(id);
+  if (warm && st.d.gauges) st.d.gauges->set_warm(id, true);
+  st.sup.add(self, std::move(spec));
+  if (const caf::actor router = st.router(); router && !warm) self->send(router, replica_up{id, st.sup.child(id)});
 }
 
 // A drained replica leaves: stopped, forgotten by the router and the gauges.
@@ -191,8 +203,39 @@ void remove(stateful* self, const std::string& id) {
   if (std::find(st.replica_ids.begin(), st.replica_ids.end(), id) == st.replica_ids.end()) return;
   st.sup.stop(self, id);
   std::erase(st.replica_ids, id);
+  std::erase(st.warm_ids, id);
   if (const caf::actor router = st.router()) self->send(router, replica_gone{id});
   if (st.d.gauges) st.d.gauges->erase_replica(id);
+}
+
+// Keeps `n` warm replicas: cold starts to fill up, the newest removed past it.
+void keep_warm(stateful* self, int n) {
+  auto& st = self->state;
+  st.warm_target = n;
+  if (st.status != pool_status::serving) return;
+  while (st.warm_ids.size() < static_cast<std::size_t>(n)) start_replica(self, true);
+  while (st.warm_ids.size() > static_cast<std::size_t>(n)) remove(self, st.warm_ids.back());
+}
+
+// Adds replicas the autoscaler asked for: warm ones first (those already serving before those
+// still loading), then cold starts; the warm pool is refilled behind them.
+void scale_up(stateful* self, int add, int warm) {
+  auto& st = self->state;
+  st.warm_target = warm;
+  std::stable_sort(st.warm_ids.begin(), st.warm_ids.end(), [&](const std::string& a, const std::string& b) {
+    auto ready = [&](const std::string& id) { return st.d.gauges && st.d.gauges->replica_phase(id) == "serving"; };
+    return ready(a) && !ready(b);
+  });
+  while (add > 0 && !st.warm_ids.empty()) {
+    const std::string id = st.warm_ids.front();
+    st.warm_ids.erase(st.warm_ids.begin());
+    if (st.d.gauges) st.d.gauges->set_warm(id, false);
+    if (const caf::actor router = st.router()) self->send(router, replica_up{id, st.sup.child(id)});
+    --add;
+  }
+  for (int k = 0; k < add; ++k) start_replica(self, false);
+  keep_warm(self, warm);
+  st.publish();
 }
 
 void on_child_down(stateful* self, const caf::down_msg& dm) {
@@ -221,6 +264,19 @@ void on_child_down(stateful* self, const caf::down_msg& dm) {
   wire(self, out.restarted);
   if (std::find(out.restarted.begin(), out.restarted.end(), "router") != out.restarted.end()) announce(self);
   else st.publish();
+}
+
+// The router's view with the warm replicas added (they are outside its ranking).
+void add_warm(const pool_state& st, pool_view& v) {
+  for (const auto& id : st.warm_ids) {
+    replica_view r;
+    r.replica_id = id;
+    r.version = st.d.cfg->version;
+    r.phase = st.d.gauges ? st.d.gauges->replica_phase(id) : "";
+    if (r.phase.empty()) r.phase = "starting";
+    r.warm = true;
+    v.replicas.push_back(std::move(r));
+  }
 }
 
 // Fans a request out to one replica, answering what it answers (or an error).
@@ -273,6 +329,7 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
         self->request(router, std::chrono::seconds(2), state_atom::value)
             .then(
                 [self, rp](pool_view& v) mutable {
+                  add_warm(self->state, v);
                   v.status = std::string(to_string(self->state.status));
                   v.restarts = self->state.sup.restarts();
                   rp.deliver(std::move(v));
@@ -281,7 +338,8 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
         return rp;
       },
       [self](drain_replica& d) { return ask_replica(self, d.replica_id, drain_atom::value); },
-      [self](scale_up_order& o) { scale_up(self, o.add); },
+      [self](scale_up_order& o) { scale_up(self, o.add, o.warm); },
+      [self](warm_order& o) { keep_warm(self, o.warm); },
       [self](remove_replica& r) { remove(self, r.replica_id); },
       [self](serving_count& c) {
         if (c.serving == self->state.serving_replicas) return;
@@ -290,6 +348,13 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
       },
       [self](chaos_request& c) -> caf::result<std::string> {
         auto& st = self->state;
+        if (c.target == chaos_target::autoscaler) {
+          if (!*st.scaler) return caf::make_error(caf::sec::invalid_argument, "the pool of " + c.id + " has no autoscaler");
+          if (c.action != chaos_action::kill)
+            return caf::make_error(caf::sec::invalid_argument, "an autoscaler can be killed, not " + std::string(to_string(c.action)));
+          caf::anon_send_exit(*st.scaler, caf::exit_reason::kill);
+          return std::string(to_string(c.action));
+        }
         const caf::actor target = c.target == chaos_target::router ? st.router() : st.sup.child(c.id);
         if (!target) return caf::make_error(caf::sec::invalid_argument, "no running " + std::string(to_string(c.target)) + " " + c.id);
         c.order.action = c.action;

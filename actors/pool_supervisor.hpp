@@ -12,6 +12,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/autoscale.hpp"
 #include "actors/gauges.hpp"
 #include "actors/loader.hpp"
 #include "actors/pool_runtime.hpp"
@@ -46,13 +47,14 @@ typename Inspector::result_type inspect(Inspector& f, drain_replica& x) {
   return f(caf::meta::type_name("drain_replica"), x.replica_id);
 }
 
-enum class chaos_target : std::uint8_t { engine, replica, router };
+enum class chaos_target : std::uint8_t { engine, replica, router, autoscaler, store };
 std::string_view to_string(chaos_target t);
 /// The target a name (as to_string writes it) stands for; none for any other name.
 std::optional<chaos_target> chaos_target_from(std::string_view name);
 
-/// Admin: chaos at one actor. `id` is a replica id (engine, replica) or model@version
-/// (router); "random" lets the node choose.
+/// Admin: chaos at one actor. `id` is a replica id (engine, replica), model@version (router,
+/// autoscaler) or "store" (the store writer); "random" lets the node choose. Autoscalers and
+/// the store writer can only be killed (their supervisors start them again).
 struct chaos_request {
   chaos_target target = chaos_target::replica;
   std::string id;
@@ -71,6 +73,7 @@ struct pool_deps {
   std::shared_ptr<fleet_gauges> gauges;
   std::shared_ptr<actors::loader> loader;
   caf::actor node;  ///< hears every pool_update
+  calendar_anchor calendar;  ///< for its autoscaler's schedule
 };
 
 /// "<model>-<version>-r<i>"
@@ -82,6 +85,8 @@ struct pool_state {
   std::shared_ptr<const pool_runtime> runtime;
   supervisor sup;
   std::vector<std::string> replica_ids;
+  std::vector<std::string> warm_ids;  ///< of replica_ids: loaded, held back from routing
+  int warm_target = 0;                ///< as the autoscaler last asked
   int next_replica = 0;  ///< the number the next replica's id gets
   int serving_replicas = -1;  ///< from the autoscaler; -1: none
   /// The pool's autoscaler (started again if it dies); shared with the functor that stops it
@@ -90,6 +95,7 @@ struct pool_state {
   caf::actor_clock::time_point retry_at;
 
   caf::actor router() const { return sup.child("router"); }
+  bool is_warm(const std::string& id) const;
   pool_update update() const;
   void publish() const;
   /// What the pool can say of itself without its router.

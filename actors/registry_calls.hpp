@@ -50,6 +50,25 @@ struct load_test_write {
   double tokens_in_flight = 0;
 };
 
+/// Sets a pool's bounds in the `pools` table; answers the row stored.
+struct pool_limits_write {
+  config::pool_limits limits;
+};
+/// Every row of the `pools` table.
+struct pool_limits_call {};
+/// What a pool's autoscaler reads from the store: its bounds (when the table has a row) and
+/// its version's gated capacity (0 when not gated or not registered).
+struct scale_settings_call {
+  std::string model;
+  std::string version;
+  std::string region;
+};
+struct scale_settings {
+  bool has_limits = false;
+  config::pool_limits limits;
+  double gated_tokens_in_flight = 0;  ///< the gate's figure for one replica
+};
+
 }  // namespace kiln::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::register_version_call)
@@ -61,5 +80,11 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::rollout_write)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::rollouts_call)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::status_write)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::load_test_write)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_limits_write)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_limits_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::scale_settings_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::scale_settings)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::config::pool_limits)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::pool_limits>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::model_version>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::rollout_row>)

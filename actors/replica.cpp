@@ -21,7 +21,8 @@ replica_status replica_state::status() const {
 
 void replica_state::publish() const {
   if (!d.gauges) return;
-  d.gauges->set_replica({d.who.replica_id, d.who.model, d.who.version, std::string(to_string(phase)), sup.restarts(), 0});
+  d.gauges->set_replica(
+      {d.who.replica_id, d.who.model, d.who.version, std::string(to_string(phase)), sup.restarts(), 0, ready_seconds});
 }
 
 namespace {
@@ -87,6 +88,7 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
                     restart_policy::permanent};
   st.sup = supervisor(st.d.engine_restarts, {engine});
   if (st.d.gauges) st.d.gauges->count_start(st.d.who.replica_id);
+  st.started_at = self->clock().now();
   if (st.d.cold_start > caf::timespan{0}) {
     st.phase = replica_phase::starting;  // the node, its weights and its warm-up are not there yet
     self->delayed_send(self, st.d.cold_start, warm_atom::value);
@@ -129,6 +131,8 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
         if (self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(st.engine())) return;
         st.engine_ready = true;
         if (st.phase == replica_phase::loading) st.phase = replica_phase::serving;
+        if (st.phase == replica_phase::serving && st.ready_seconds < 0)
+          st.ready_seconds = std::chrono::duration<double>(self->clock().now() - st.started_at).count();
         report(self);
       },
       [self](engine_unloadable& u) {

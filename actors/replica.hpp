@@ -59,6 +59,8 @@ struct replica_state {
   bool engine_ready = false;  ///< the running engine has loaded
   engine_load last;
   std::string failure;
+  caf::actor_clock::time_point started_at;  ///< this actor's start
+  double ready_seconds = -1;                ///< from started_at to its first serving
 
   caf::actor engine() const { return sup.child("engine"); }
   replica_status status() const;

@@ -56,12 +56,13 @@ struct replica_view {
   std::int32_t missed_heartbeats = 0;
   bool in_ranking = false;
   std::uint32_t restarts = 0;
+  bool warm = false;  ///< held back from routing by its pool until a scale-up needs it
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_view& x) {
   return f(caf::meta::type_name("replica_view"), x.replica_id, x.version, x.phase, x.queue_depth, x.tokens_in_flight,
-           x.last_heartbeat_age_ms, x.missed_heartbeats, x.in_ranking, x.restarts);
+           x.last_heartbeat_age_ms, x.missed_heartbeats, x.in_ranking, x.restarts, x.warm);
 }
 
 /// A pool (model@version) as its router and supervisor see it.

@@ -143,7 +143,7 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
         return rp;
       },
   };
-  return caf::behavior{tenancy_calls.or_else(registry_calls(self))};
+  return caf::behavior{tenancy_calls.or_else(registry_calls(self)).or_else(pool_limits_calls(self))};
 }
 
 }  // namespace kiln::actors

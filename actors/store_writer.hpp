@@ -133,6 +133,8 @@ void on_disk(caf::stateful_actor<store_writer_state>* self, std::function<R(conf
 
 /// The registry's calls (actors/registry_calls.cpp): versions, routes, rollout rows.
 caf::message_handler registry_calls(caf::stateful_actor<store_writer_state>* self);
+/// The `pools` table's calls (actors/pool_limits_calls.cpp): bounds, and what autoscalers read.
+caf::message_handler pool_limits_calls(caf::stateful_actor<store_writer_state>* self);
 
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self, std::shared_ptr<config::store> db,
                            std::shared_ptr<config::tenancy_board> board, caf::actor node);

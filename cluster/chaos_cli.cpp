@@ -64,7 +64,7 @@ bool parse(const std::vector<std::string>& args, chaos_options& o, std::string& 
   if (!parse_url(url, o.host, o.port)) err = "--url must be http://HOST:PORT (got '" + url + "')";
   else if (o.admin_key.empty()) err = "--admin-key is required";
   else if (o.every_s <= 0 || o.for_s <= 0 || o.seconds <= 0) err = "--every, --for and --seconds take durations such as 2s or 500ms";
-  else if (!actors::chaos_target_from(o.target)) err = "--target must be replica, engine or router";
+  else if (!actors::chaos_target_from(o.target)) err = "--target must be replica, engine, router, autoscaler or store";
   else if (!actors::chaos_action_from(o.action)) err = "--action must be kill, freeze, slow or fail";
   return err.empty();
 }

@@ -20,6 +20,7 @@
 #include "actors/node_supervisor.hpp"
 #include "config/store.hpp"
 #include "net/http_server.hpp"
+#include "cluster/load_test.hpp"
 #include "sim/gate.hpp"
 
 namespace kiln::cluster {
@@ -159,8 +160,17 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     const double left = r.previous.empty() ? -1.0 : std::max<double>(0, static_cast<double>(r.previous_until - md.unix_at_start));
     routes.emplace_back(std::move(r), left);
   }
-  actors::node_deps nd{cfg, gauges, loader, ids->origin(), tenants->get(), std::move(store), tenants, md, nullptr};
+  actors::node_deps nd;
+  nd.cfg = cfg;
+  nd.gauges = gauges;
+  nd.loader = loader;
+  nd.chaos_seed = ids->origin();
+  nd.tenants = tenants->get();
+  nd.store = std::move(store);
+  nd.board = tenants;
+  nd.meter = md;
   nd.routes = std::move(routes);
+  nd.calendar = {sys.clock().now(), md.unix_at_start};
   if (!opts.capture_path.empty()) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {
@@ -179,9 +189,15 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   deps.ids = ids;
   deps.tenants = tenants;
   deps.admin_key = cfg->admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg->admin_key;
-  // A gate runs the simulator's capacity scenario, seconds of work: on the loader's threads.
+  // A gate is seconds of work (the simulator's capacity scenario for sim pools, a short load
+  // test on one engine for cpu and cuda): on the loader's threads.
   deps.gate = [loader](config::pool_config pool, net::server_deps::gate_done done) {
     loader->run([pool = std::move(pool), done = std::move(done)] {
+      if (pool.executor != config::executor_kind::sim) {
+        auto r = cluster::real_load_test(pool);
+        if (auto* e = std::get_if<std::string>(&r)) return done(*e);
+        return done(std::get<config::load_test>(r));
+      }
       auto r = sim::gate_capacity(pool);
       if (auto* e = std::get_if<std::string>(&r)) return done(*e);
       const auto& g = std::get<sim::gate_result>(r);

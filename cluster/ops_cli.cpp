@@ -27,13 +27,16 @@ constexpr const char* kOpsUsage =
     "  versions MODEL                         registered versions with their hashes and status\n"
     "  register MODEL VERSION DIR [--template FILE] [--precision P] [--replicas N]\n"
     "                                         hash DIR's files here and register them as MODEL@VERSION\n"
-    "  gate MODEL VERSION                     load-test a version (the simulator's capacity scenario)\n"
-    "                                         and store its capacity with it\n"
+    "  gate MODEL VERSION                     load-test a version (the simulator's capacity scenario,\n"
+    "                                         or one real engine for cpu/cuda) and store its capacity\n"
     "  rollout MODEL VERSION canary|shadow PERCENT\n"
     "                                         start or move a stage (0 ends it)\n"
     "  rollout MODEL                          where the rollout stands\n"
     "  decisions MODEL                        every stored rollout decision\n"
     "  alias MODEL VERSION                    point the alias (promote, or roll back)\n"
+    "  scale                                  every pool's stored bounds (the pools table)\n"
+    "  scale MODEL VERSION MIN MAX [WARM] [--region R]\n"
+    "                                         set a pool's replica bounds and warm replicas\n"
     "  drain REPLICA                          drain a replica\n"
     "  chaos TARGET ID ACTION [SECONDS]       one chaos action (target replica|engine|router)\n";
 
@@ -125,11 +128,12 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string url = std::getenv("KILN_URL") ? std::getenv("KILN_URL") : "http://127.0.0.1:8080";
   c.key = std::getenv("KILN_ADMIN_KEY") ? std::getenv("KILN_ADMIN_KEY") : "";
   std::vector<std::string> a;
-  std::string tmpl_file, precision = "fp16";
+  std::string tmpl_file, precision = "fp16", region;
   int replicas = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
-    const bool valued = f == "--url" || f == "--admin-key" || f == "--template" || f == "--precision" || f == "--replicas";
+    const bool valued = f == "--url" || f == "--admin-key" || f == "--template" || f == "--precision" || f == "--replicas" ||
+                        f == "--region";
     if (valued && i + 1 >= args.size()) {
       err << "kiln ops: " << f << " needs a value\n" << kOpsUsage;
       return 2;
@@ -139,6 +143,7 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     else if (f == "--template") tmpl_file = args[++i];
     else if (f == "--precision") precision = args[++i];
     else if (f == "--replicas") replicas = std::atoi(args[++i].c_str());
+    else if (f == "--region") region = args[++i];
     else if (f == "--json") c.as_json = true;
     else if (f.starts_with("--")) {
       err << "kiln ops: unknown flag " << f << "\n" << kOpsUsage;
@@ -274,6 +279,28 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (int rc = need(3, a, err)) return rc;
     return done(call(c, "PUT", "/admin/models/" + a[1] + "/alias", json{{"version", a[2]}}, reply, err),
                 [&] { show_rollout(out, reply); });
+  }
+  if (cmd == "scale") {
+    if (a.size() == 1)
+      return done(call(c, "GET", "/admin/pools/limits", nullptr, reply, err), [&] {
+        table(out, reply["data"], {"model", "version", "region", "min_replicas", "max_replicas", "warm_replicas"});
+      });
+    if (int rc = need(5, a, err)) return rc;
+    json body = json::object();
+    const char* names[] = {"min_replicas", "max_replicas", "warm_replicas"};
+    for (std::size_t i = 3; i < a.size() && i < 6; ++i) {
+      if (a[i].empty() || a[i].size() > 6 || a[i].find_first_not_of("0123456789") != std::string::npos) {
+        err << "kiln ops: scale: " << names[i - 3] << " must be a whole number (got '" << a[i] << "')\n";
+        return 2;
+      }
+      body[names[i - 3]] = std::stoi(a[i]);
+    }
+    if (!region.empty()) body["region"] = region;
+    return done(call(c, "PUT", "/admin/models/" + a[1] + "/versions/" + a[2] + "/pool", body, reply, err), [&] {
+      out << cell(reply["model"]) << "@" << cell(reply["version"]) << " in " << cell(reply["region"]) << ": "
+          << cell(reply["min_replicas"]) << " to " << cell(reply["max_replicas"]) << " replicas, "
+          << cell(reply["warm_replicas"]) << " warm\n";
+    });
   }
   if (cmd == "drain") {
     if (int rc = need(2, a, err)) return rc;

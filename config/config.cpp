@@ -91,6 +91,20 @@ class reader {
   std::set<std::string> seen_;
 };
 
+/// Calls `fn(table, "key[i]", i)` for each table of the array `key` ([[key]]).
+template <class F>
+void each_table(reader& r, std::string_view key, F fn) {
+  const auto* arr = r.array(key);
+  if (!arr) return;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const std::string path = std::string(key) + "[" + std::to_string(i) + "]";
+    const auto* t = (*arr)[i].as_table();
+    if (!t) throw bad_config(path + " must be a table");
+    fn(*t, path, i);
+  }
+}
+
+
 constexpr double kBig = 1e18;
 
 server_config read_server(const toml::table& t) {
@@ -228,10 +242,30 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     ar.number("down_every_s", x.down_every_s, 0, 1e7);
     ar.number("interval_s", x.interval_s, 0.01, 1e5);
     ar.number("capacity_tokens", x.capacity_tokens, 0, 1e12);
+    ar.number("warm_replicas", x.warm_replicas, 0, 1e4);
+    each_table(ar, "schedule", [&](const toml::table& t, const std::string& at, std::size_t) {
+      reader sr(t, path + ".autoscale." + at);
+      std::string when;
+      sr.text("cron", when, true);
+      scale_schedule e;
+      auto parsed = parse_cron(when);
+      if (auto* why = std::get_if<std::string>(&parsed)) sr.fail("cron", *why);
+      e.when = std::get<cron_spec>(parsed);
+      sr.number("min_replicas", e.min_replicas, 1, 1e5);
+      sr.number("lead_s", e.lead_s, 0, 86400);
+      sr.number("hold_s", e.hold_s, 60, 7 * 86400);
+      sr.no_unknown_keys();
+      if (e.lead_s < 0) e.lead_s = p.cold_start.total_s() + 2 * x.interval_s;
+      x.schedule.push_back(std::move(e));
+    });
     ar.no_unknown_keys();
     if (x.max_replicas == 0) x.max_replicas = std::max(p.replicas, x.min_replicas);
     if (x.max_replicas < x.min_replicas) ar.fail("max_replicas", "must be at least min_replicas");
     if (x.scale_down_at >= x.scale_up_at) ar.fail("scale_down_at", "must be below scale_up_at");
+    for (const auto& e : x.schedule)
+      if (e.min_replicas > x.max_replicas)
+        ar.fail("schedule", "asks for " + std::to_string(e.min_replicas) + " replicas at '" + e.when.text +
+                                "', more than max_replicas " + std::to_string(x.max_replicas));
   }
   r.no_unknown_keys();
   if (p.model.empty() || p.version.empty()) r.fail("model", "and version must not be empty");
@@ -244,19 +278,6 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     throw bad_config(path + " " + msg.str());
   }
   return p;
-}
-
-/// Calls `fn(table, "key[i]", i)` for each table of the array `key` ([[key]]).
-template <class F>
-void each_table(reader& r, std::string_view key, F fn) {
-  const auto* arr = r.array(key);
-  if (!arr) return;
-  for (std::size_t i = 0; i < arr->size(); ++i) {
-    const std::string path = std::string(key) + "[" + std::to_string(i) + "]";
-    const auto* t = (*arr)[i].as_table();
-    if (!t) throw bad_config(path + " must be a table");
-    fn(*t, path, i);
-  }
 }
 
 kiln_config read_root(const toml::table& root) {

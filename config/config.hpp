@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/model_hash.hpp"
+#include "config/cron.hpp"
 #include "engine/cost_model.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/sim_executor.hpp"
@@ -47,6 +48,15 @@ struct team_config {
 enum class executor_kind { sim, cpu, cuda };
 
 /// One model version served by `replicas` engines in this region.
+/// A scale-up before a known peak ([[pools.autoscale.schedule]]): from `lead_s` before each
+/// time `when` names until `hold_s` after it, the pool keeps at least `min_replicas`.
+struct scale_schedule {
+  cron_spec when;
+  int min_replicas = 1;
+  double lead_s = -1;  ///< -1: the pool's cold start and two looks
+  double hold_s = 3600;
+};
+
 /// When a pool grows and shrinks ([pools.autoscale]).
 struct autoscale_config {
   bool enabled = false;
@@ -58,6 +68,8 @@ struct autoscale_config {
   double down_every_s = 600;      ///< a removal only this long after the last add or removal
   double interval_s = 10;         ///< how often the autoscaler looks
   std::int64_t capacity_tokens = 0;  ///< per replica; 0: the version's gate figure, else the pool's own
+  int warm_replicas = 0;          ///< loaded and kept out of routing, promoted first on a scale-up
+  std::vector<scale_schedule> schedule;
 };
 
 /// A new replica's cold start, phase by phase ([pools.cold_start]); the simulator waits this

@@ -64,6 +64,20 @@ bool valid_precision(const std::string& p);
 /// directory, files, chat template and replicas (engine_config's "replicas", else base's).
 pool_config version_pool(const pool_config& base, const model_version& v);
 
+/// A pool's bounds in one region (the `pools` table): what its autoscaler keeps it between,
+/// and how many loaded replicas it holds back from routing for a fast scale-up.
+struct pool_limits {
+  std::string model;
+  std::string version;
+  std::string region;
+  int min_replicas = 1;
+  int max_replicas = 1;
+  int warm_replicas = 0;
+};
+
+/// Why a pool's bounds cannot be stored ("" when they can).
+std::string check_pool_limits(const pool_limits& l);
+
 /// What a gate measured.
 struct load_test {
   double tokens_per_s = 0;      ///< output tokens/s one replica carries within the targets

@@ -60,7 +60,12 @@ CREATE TABLE rollouts(seq INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL
   guard_metrics TEXT, decision TEXT, reason TEXT);
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3};
+// Version 4: a pool's warm replicas (loaded, kept out of routing until scaling needs them).
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE pools ADD COLUMN warm_replicas INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -87,7 +87,7 @@ class store {
 
   /// Opens the file (creating it and its directory), migrates it to the current schema.
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path);
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   int schema_version();
   const std::string& path() const { return path_; }
 
@@ -132,6 +132,10 @@ class store {
   /// Records a decision; returns its sequence number (0 on failure).
   std::int64_t add_rollout(const rollout_row& row);
   std::vector<rollout_row> rollouts(const std::string& model);
+  /// The `pools` table (config/pool_store.cpp).
+  std::optional<std::string> put_pool_limits(const pool_limits& l);
+  std::optional<pool_limits> pool_limits_of(const std::string& model, const std::string& version, const std::string& region);
+  std::vector<pool_limits> all_pool_limits();
 
  private:
   explicit store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

@@ -42,6 +42,7 @@ json pool_json(const std::string& model, const std::vector<actors::pool_view>& v
                   {"last_heartbeat_age_ms", r.last_heartbeat_age_ms < 0 ? json(nullptr) : json(r.last_heartbeat_age_ms)},
                   {"missed_heartbeats", r.missed_heartbeats},
                   {"in_ranking", r.in_ranking},
+                  {"warm", r.warm},
                   {"restarts", r.restarts}};
       replicas.push_back(row);
       reps.push_back(std::move(row));
@@ -96,7 +97,7 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
   actors::chaos_request c;
   const std::string target = body.value("target", json("replica")).is_string() ? body.value("target", "replica") : "";
   const auto t = actors::chaos_target_from(target);
-  if (!t) return bad("'target' must be engine, replica or router.", "target");
+  if (!t) return bad("'target' must be engine, replica, router, autoscaler or store.", "target");
   c.target = *t;
   const json id = body.value("id", json("random"));
   if (!id.is_string() || id.get<std::string>().empty()) return bad("'id' must be a name or \"random\".", "id");

@@ -25,6 +25,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     add_team_routes(front_);
     add_model_routes(front_);
     add_ops_routes(front_);
+    add_pool_limit_routes(front_);
   }
 
   front& shared() override { return front_; }

@@ -201,9 +201,15 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
   using rgauge = actors::replica_gauge;
   rows(out, "kiln_replica_state", "gauge", "1 for each replica, labelled with its lifecycle state.", replicas,
        [](const rgauge& r) {
-         return labels({{"replica", r.replica_id}, {"model", r.model}, {"version", r.version}, {"state", r.phase}});
+         return labels({{"replica", r.replica_id}, {"model", r.model}, {"version", r.version}, {"state", r.shown_phase()}});
        },
        [](const rgauge&) { return 1; });
+  std::vector<rgauge> ready;
+  for (const auto& r : replicas)
+    if (r.ready_seconds >= 0) ready.push_back(r);
+  rows(out, "kiln_replica_ready_seconds", "gauge",
+       "From a replica's start to serving: its engine built and weights in place (the simulator: the modelled cold start).", ready,
+       [](const rgauge& r) { return replica_labels(r); }, [](const rgauge& r) { return r.ready_seconds; });
   rows(out, "kiln_replica_engine_restarts_total", "counter", "Engines restarted by their replica (fresh KV).", replicas,
        [](const rgauge& r) { return replica_labels(r); }, [](const rgauge& r) { return r.restarts; });
   rows(out, "kiln_replica_starts_total", "counter", "Times a replica was started (the first start included).", replicas,

@@ -93,7 +93,7 @@ struct region_rt {
   std::shared_ptr<collector> coll;
   clock_point start;
 
-  region_rt(config::kiln_config c, run_book& book, std::size_t& done) {
+  region_rt(config::kiln_config c, run_book& book, std::size_t& done, std::int64_t start_unix) {
     use_virtual_time(sys_cfg);
     sys = std::make_unique<caf::actor_system>(sys_cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
@@ -103,6 +103,7 @@ struct region_rt {
     actors::node_deps d;
     d.cfg = cfg;
     d.gauges = gauges;
+    d.calendar = {start, start_unix};
     d.loader = actors::make_inline_loader();
     config::tenancy tenants;
     tenants.teams = cfg->teams;  // limits by team name; no keys: nothing here authenticates
@@ -208,7 +209,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     c.region = s.regions[ri];
     regions[ri].name = s.regions[ri];
     regions[ri].tick = s.report_interval_s;
-    regions[ri].rt = std::make_unique<region_rt>(std::move(c), book, regions[ri].done);
+    regions[ri].rt = std::make_unique<region_rt>(std::move(c), book, regions[ri].done, s.start_unix);
     std::map<std::string, std::uint32_t> served_by;  // "model@version" -> pool index, this region's
     for (const auto& [key, idx] : pool_index)
       if (key.starts_with(s.regions[ri] + "/")) served_by[key.substr(s.regions[ri].size() + 1)] = idx;
@@ -252,7 +253,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
         ++ps.reporting;
       }
       for (const auto& g : replicas)
-        if (g.model == p.model && g.version == p.version) ++ps.phases[g.phase];
+        if (g.model == p.model && g.version == p.version) ++ps.phases[g.shown_phase()];
       const std::string key = p.model + "@" + p.version;
       const char* tiers[3] = {"interactive", "standard", "batch"};
       for (int k = 0; k < 3; ++k) {

@@ -225,7 +225,7 @@ std::string write_run(const run_result& r, const scenario& s, const std::string&
     csv << "time_s,replicas_serving,replicas_starting,replicas_loading,replicas_draining,replicas_failed,"
            "replicas_stopped,tokens_per_s,tokens_in_flight,queue_interactive,queue_standard,queue_batch,"
            "engine_waiting,ttft_p50_ms,ttft_p95_ms,ttft_p99_ms,tpot_p50_ms,tpot_p95_ms,prefix_hit_rate,imbalance,"
-           "completed,rejected_429,shed_503,errors\n";
+           "completed,rejected_429,shed_503,errors,replicas_warm\n";
     chart_series l{r.pools[p], {}, {}}, rep = l, q = l, t95 = l, h = l, im = l;
     for (std::size_t i = 0; i < r.samples[p].size(); ++i) {
       const pool_sample& sm = r.samples[p][i];
@@ -244,7 +244,7 @@ std::string write_run(const run_result& r, const scenario& s, const std::string&
           << sm.engine_waiting << ',' << num(percentile(row.ttft_ms, 0.5)) << ',' << num(p95) << ','
           << num(percentile(row.ttft_ms, 0.99)) << ',' << num(percentile(row.tpot, 0.5), 2) << ','
           << num(percentile(row.tpot, 0.95), 2) << ',' << num(hit, 4) << ',' << num(imbalance_of(sm), 3) << ','
-          << row.completed << ',' << row.r429 << ',' << row.r503 << ',' << row.errors << '\n';
+          << row.completed << ',' << row.r429 << ',' << row.r503 << ',' << row.errors << ',' << phase("warm") << '\n';
       for (auto* c : {&l, &rep, &q, &t95, &h, &im}) c->x.push_back(sm.t);
       l.y.push_back(tps);
       rep.y.push_back(phase("serving"));

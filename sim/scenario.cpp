@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -174,6 +176,19 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     r.text("description", s.description);
     r.number("seed", s.seed, 0, 9e15);
     r.number("duration_s", s.duration_s, 1e-3, 1e9);
+    std::string start_at;
+    r.text("start_at", start_at);
+    if (!start_at.empty()) {
+      std::tm tm{};
+      char z = 0;
+      if (std::sscanf(start_at.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                      &tm.tm_min, &tm.tm_sec, &z) != 7 || z != 'Z' || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+          tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+        r.fail("start_at", "must be a UTC time like 2026-12-01T08:00:00Z (got \"" + start_at + "\")");
+      tm.tm_year -= 1900;
+      tm.tm_mon -= 1;
+      s.start_unix = static_cast<std::int64_t>(timegm(&tm));
+    }
     r.number("drain_s", s.drain_s, 0, 1e9);
     r.number("report_interval_s", s.report_interval_s, 1e-3, 1e9);
     r.boolean("coast", s.coast);

@@ -53,6 +53,7 @@ struct scenario {
   std::string description;
   std::uint64_t seed = 1;
   double duration_s = 60;
+  std::int64_t start_unix = 0;        ///< the calendar at virtual time 0 ([sim] start_at, UTC)
   double drain_s = 120;               ///< after the last arrival, at most this long to finish
   double report_interval_s = 10;
   bool coast = true;                  ///< engines run steady decode in one go (false: step by step)

@@ -60,3 +60,50 @@ TEST_CASE("autoscale decisions at and past each edge") {
     CHECK(d.why.empty() == (d.add == 0 && !d.remove_one));
   }
 }
+
+TEST_CASE("autoscale schedule: the minimum rises from the lead before a named time until the hold after") {
+  kiln::config::autoscale_config c;
+  auto entry = [](const char* cron, int n, double lead, double hold) {
+    kiln::config::scale_schedule e;
+    e.when = std::get<kiln::config::cron_spec>(kiln::config::parse_cron(cron));
+    e.min_replicas = n;
+    e.lead_s = lead;
+    e.hold_s = hold;
+    return e;
+  };
+  c.schedule = {entry("0 9 * * 1-5", 6, 600, 3600), entry("0 12 * * *", 4, 300, 1800)};
+  constexpr std::int64_t tue = 1796083200;  // 2026-12-01 00:00 UTC, a Tuesday
+  const std::int64_t nine = tue + 9 * 3600;
+  CHECK(scheduled_minimum(c, nine - 601) == 0);  // one second before the lead
+  CHECK(scheduled_minimum(c, nine - 600) == 6);  // the lead exactly
+  CHECK(scheduled_minimum(c, nine) == 6);
+  CHECK(scheduled_minimum(c, nine + 3600) == 6);  // the hold exactly
+  CHECK(scheduled_minimum(c, nine + 3660) == 0);  // a minute past the hold
+  // The two entries overlap at 11:55: the larger minimum wins.
+  CHECK(scheduled_minimum(c, tue + 11 * 3600 + 55 * 60) == 4);  // 9:00's hold is over
+  c.schedule[0].hold_s = 4 * 3600;
+  CHECK(scheduled_minimum(c, tue + 11 * 3600 + 55 * 60) == 6);
+  // Saturday: only the noon entry.
+  const std::int64_t sat_nine = tue + 4 * 86400 + 9 * 3600;
+  CHECK(scheduled_minimum(c, sat_nine) == 0);
+  CHECK(scheduled_minimum(c, sat_nine + 3 * 3600) == 4);
+}
+
+TEST_CASE("calendar anchor: the actor clock on the calendar") {
+  calendar_anchor a;
+  a.at = caf::actor_clock::time_point{} + std::chrono::seconds(100);
+  a.unix_s = 1796083200;
+  CHECK(a.unix_at(a.at) == 1796083200);
+  CHECK(a.unix_at(a.at + std::chrono::minutes(90)) == 1796083200 + 5400);
+}
+
+TEST_CASE("autoscale capacity: the configured figure, else the version's gate, else the pool's KV") {
+  kiln::config::pool_config p;
+  p.replicas = 2;
+  p.capacity_tokens = 8000;  // one replica's tokens in flight at full load
+  CHECK(per_replica_capacity(p, 0) == 8000);
+  CHECK(per_replica_capacity(p, 1270) == 1270);  // gated
+  p.autoscale.capacity_tokens = 3000;
+  CHECK(per_replica_capacity(p, 1270) == 3000);  // configured wins
+  CHECK(per_replica_capacity(p, 0) == 3000);
+}

@@ -150,3 +150,30 @@ TEST_CASE("config: team limits and priorities; shares may not promise more than 
             .find("guaranteed_share must be between 0 and 1") != std::string::npos);
   CHECK(error_of("store_path = \"\"\n" + team("a", "ka", "") + pools) == "test.toml: store_path must not be empty");
 }
+
+TEST_CASE("config: autoscale schedules and warm replicas; a bad entry names its place") {
+  const std::string scaled = kMinimal + "replicas = 2\n[pools.cold_start]\nload_s = 40\n[pools.autoscale]\nmax_replicas = 6\n"
+                                        "interval_s = 5\nwarm_replicas = 1\n";
+  auto r = parse_config(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 9 * * 1-5\"\nmin_replicas = 6\n"
+                                 "[[pools.autoscale.schedule]]\ncron = \"*/30 * * * *\"\nmin_replicas = 3\nlead_s = 0\nhold_s = 60\n",
+                        "t");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const auto& a = std::get<kiln_config>(r).pools[0].autoscale;
+  CHECK(a.warm_replicas == 1);
+  REQUIRE(a.schedule.size() == 2);
+  CHECK(a.schedule[0].min_replicas == 6);  // exactly max_replicas
+  CHECK(a.schedule[0].lead_s == 50);       // the cold start and two looks
+  CHECK(a.schedule[0].hold_s == 3600);
+  CHECK(a.schedule[1].lead_s == 0);
+  CHECK(a.schedule[1].hold_s == 60);
+  CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 25 * * *\"\nmin_replicas = 2\n") ==
+        "test.toml: pools[0].autoscale.schedule[0].cron cron '0 25 * * *': hour: '25' is outside 0-23");
+  CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\nmin_replicas = 2\n") ==
+        "test.toml: pools[0].autoscale.schedule[0].cron is required");
+  CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 9 * * *\"\nmin_replicas = 7\n")
+            .find("asks for 7 replicas at '0 9 * * *', more than max_replicas 6") != std::string::npos);
+  CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 9 * * *\"\nhold_s = 59\n")
+            .find("schedule[0].hold_s must be between 60") != std::string::npos);
+  CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 9 * * *\"\nwhen = 1\n") ==
+        "test.toml: pools[0].autoscale.schedule[0].when: unknown key");
+}

@@ -81,7 +81,7 @@ TEST_CASE("registry: a version never changes; the same content again is idempote
   d.write("model.safetensors", "weights");
   d.write("tokenizer.json", "tok");
   auto s = d.open();
-  CHECK(s->schema_version() == 3);
+  CHECK(s->schema_version() == store::kSchemaVersion);
   const model_version v = version_of(d, "v2");
   auto first = s->register_version(v);
   CHECK(first.created);
@@ -140,4 +140,31 @@ TEST_CASE("registry: routes and rollout decisions survive a reopen") {
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].decision == "rollback");
   CHECK(rows[0].guard_metrics == R"({"live":{}})");
+}
+
+TEST_CASE("pools table: a pool's bounds per region, replaced on the next write, checked at each edge") {
+  temp_dir d;
+  auto s = d.open();
+  pool_limits l{"chat-7b", "v2", "eu", 2, 8, 1};
+  CHECK_FALSE(s->put_pool_limits(l).has_value());
+  auto got = s->pool_limits_of("chat-7b", "v2", "eu");
+  REQUIRE(got.has_value());
+  CHECK(got->min_replicas == 2);
+  CHECK(got->max_replicas == 8);
+  CHECK(got->warm_replicas == 1);
+  CHECK_FALSE(s->pool_limits_of("chat-7b", "v2", "us").has_value());  // another region: no row
+  l.min_replicas = 8;  // min = max is allowed
+  l.warm_replicas = 0;
+  CHECK_FALSE(s->put_pool_limits(l).has_value());
+  CHECK(s->pool_limits_of("chat-7b", "v2", "eu")->min_replicas == 8);
+  CHECK(s->all_pool_limits().size() == 1);
+  l.min_replicas = 9;  // one past max
+  REQUIRE(s->put_pool_limits(l).has_value());
+  CHECK(s->put_pool_limits(l)->find("min_replicas") != std::string::npos);
+  CHECK(s->pool_limits_of("chat-7b", "v2", "eu")->min_replicas == 8);  // the refused write changed nothing
+  const pool_limits bad[] = {{"m", "v", "r", -1, 1, 0}, {"m", "v", "r", 0, 0, 0}, {"m", "v", "r", 0, 10001, 0},
+                             {"m", "v", "r", 0, 1, -1}};
+  for (const auto& b : bad) CHECK_FALSE(check_pool_limits(b).empty());
+  CHECK(check_pool_limits({"m", "v", "r", 0, 1, 0}).empty());
+  CHECK(check_pool_limits({"m", "v", "r", 0, 10000, 10000}).empty());
 }

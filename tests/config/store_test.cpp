@@ -186,17 +186,25 @@ TEST_CASE("store: a version 1 store migrates to the current version, keeping its
                  " load_test_tokens_in_flight REAL, status TEXT, PRIMARY KEY(model, version));"
                  "CREATE TABLE rollouts(model TEXT, version TEXT, stage TEXT, percent REAL, started_at INTEGER,"
                  " guard_metrics TEXT, decision TEXT);"
+                 "CREATE TABLE pools(model TEXT, version TEXT, region TEXT, min_replicas INTEGER, max_replicas INTEGER,"
+                 " PRIMARY KEY(model, version, region));"
                  "INSERT INTO teams VALUES('old','old','interactive');"
+                 "INSERT INTO pools VALUES('chat-7b','v1','local',2,6);"
                  "INSERT INTO models VALUES('chat-7b','v1',NULL,NULL); PRAGMA user_version=1;",
                  nullptr, nullptr, nullptr);
     sqlite3_close(db);
   }
   auto r = store::open(t.path);
-  // v2 adds the meter's watermark, v3 the registry's columns and tables; the rows stay.
+  // v2 adds the meter's watermark, v3 the registry's columns and tables, v4 warm replicas; the rows stay.
   REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
   auto& s = std::get<std::unique_ptr<store>>(r);
-  CHECK(s->schema_version() == 3);
+  CHECK(s->schema_version() == 4);
   CHECK(s->folded_seq() == 0);
+  const auto pl = s->pool_limits_of("chat-7b", "v1", "local");
+  REQUIRE(pl.has_value());
+  CHECK(pl->min_replicas == 2);
+  CHECK(pl->max_replicas == 6);
+  CHECK(pl->warm_replicas == 0);
   CHECK(sql_one(t.path, "SELECT team FROM teams") == "old");
   auto routes = s->routes();
   REQUIRE(routes.size() == 1);

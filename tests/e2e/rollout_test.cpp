@@ -26,24 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ops_result {
-  int status = -1;
-  std::string out;
-};
-
-// Runs `kiln ops ARGS` against the server; stdout and stderr together.
-ops_result ops(int port, const std::string& args) {
-  const std::string cmd = std::string(kiln_binary()) + " ops --url http://127.0.0.1:" + std::to_string(port) +
-                          " --admin-key key-admin " + args + " 2>&1";
-  ops_result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::array<char, 4096> buf{};
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+ops_result ops(int port, const std::string& args) { return run_ops(port, args); }
 
 std::string pool_status(int port, const std::string& version) {
   const auto r = ops(port, "--json pool tiny-chat");
@@ -104,10 +87,22 @@ TEST_CASE("rollout e2e: register, canary 50%, promote and roll back through kiln
   CHECK(r.status == 1);
   CHECK(r.out.find("409") != std::string::npos);
 
-  // The gate runs the simulator, so a cpu pool's version is refused with the reason.
+  // A cpu pool's gate is a short load test on one real engine; its figures are stored and
+  // the version becomes gated.
   r = ops(port, "gate tiny-chat v2");
-  CHECK(r.status == 1);
-  CHECK(r.out.find("sim executor") != std::string::npos);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("tiny-chat@v2 gated") != std::string::npos);
+  CHECK(r.out.find("load test on one cpu engine") != std::string::npos);
+  {
+    const json vs = json::parse(ops(port, "--json versions tiny-chat").out, nullptr, false);
+    REQUIRE(vs.is_object());
+    for (const auto& v : vs["versions"])
+      if (v["version"] == "v2") {
+        CHECK(v["status"] == "gated");
+        CHECK(v["load_test_tokens_per_s"].get<double>() > 0);
+        CHECK(v["load_test_tokens_in_flight"].get<double>() > 0);
+      }
+  }
 
   // Shadow at 50%: v2's pool starts and gets copies; clients hear only v1.
   r = ops(port, "rollout tiny-chat v2 shadow 50");

@@ -7,6 +7,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <unistd.h>
 
 #include <chrono>
@@ -190,6 +193,19 @@ std::string cpu_pool(const std::string& model, const std::string& dir, bool make
   return "[[pools]]\nmodel = \"" + model + "\"\nversion = \"v1\"\nexecutor = \"cpu\"\nmodel_dir = \"" + dir + "\"\n" +
          (make_if_absent ? "make_if_absent = \"tiny\"\n" : "") +
          "threads = 2\nmax_tokens_per_step = 128\nmax_running = 8\nkv_blocks = 256\ndefault_max_tokens = 16\nmax_context = 2048\n";
+}
+
+ops_result run_ops(int port, const std::string& args) {
+  const std::string cmd = std::string(kiln_binary()) + " ops --url http://127.0.0.1:" + std::to_string(port) +
+                          " --admin-key key-admin " + args + " 2>&1";
+  ops_result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
 }
 
 }  // namespace kiln::test

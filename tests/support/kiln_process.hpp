@@ -49,6 +49,14 @@ double process_cpu_seconds(pid_t pid);
 std::string with_server(std::string config, const std::string& lines);
 /// The path of the kiln binary under test.
 const char* kiln_binary();
+
+/// What `kiln ops ARGS` printed (stdout and stderr together) and its exit status.
+struct ops_result {
+  int status = -1;
+  std::string out;
+};
+/// Runs `kiln ops` against the server on `port` with the tests' admin key.
+ops_result run_ops(int port, const std::string& args);
 /// The embedded default with overrides suited to tests (small limits, short timeouts).
 std::string test_config(int replicas = 2, int request_timeout_ms = 400, int grace_ms = 400);
 /// A [[pools]] entry for a cpu pool `model` on `dir` (created as a tiny model if absent).
