@@ -138,7 +138,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // The io_context outlives the actor system: sinks post onto connection strands.
   boost::asio::io_context ioc;
   caf::actor_system_config caf_cfg;
-  caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.actor_threads));
+  caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.scheduler_threads()));
   caf_cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{caf_cfg};
   // Model reads, weight uploads and KV allocation run here, never on the actor threads (and

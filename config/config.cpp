@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <toml++/toml.h>
 
@@ -117,7 +118,7 @@ server_config read_server(const toml::table& t) {
   r.number("request_timeout_ms", s.request_timeout_ms, 1, 3.6e6);
   r.number("shutdown_grace_ms", s.shutdown_grace_ms, 0, 3.6e6);
   r.number("io_threads", s.io_threads, 1, 64);
-  r.number("actor_threads", s.actor_threads, 1, 64);
+  r.number("actor_threads", s.actor_threads, 0, 64);
   r.number("write_timeout_ms", s.write_timeout_ms, 1, 3.6e6);
   r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
   r.no_unknown_keys();
@@ -386,6 +387,11 @@ std::string expand_home(const std::string& path) {
 }  // namespace
 
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
+
+int server_config::scheduler_threads() const {
+  if (actor_threads > 0) return actor_threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+}
 
 std::int64_t pool_config::pool_capacity_tokens() const {
   if (capacity_tokens > 0) return capacity_tokens * replicas;

@@ -22,7 +22,12 @@ struct server_config {
   int request_timeout_ms = 10000;   ///< a request must arrive whole within this time
   int shutdown_grace_ms = 5000;     ///< streams still open this long after SIGTERM get an error
   int io_threads = 1;
-  int actor_threads = 2;
+  /// CAF scheduler threads; 0: half the cores, at least one. Measured with 1,000 streams on 2
+  /// cores (BENCHMARKS.md, issue 11): a second actor thread doubled the context switches per
+  /// token and cost 23% more CPU per token, with a worse p99 TTFT overhead.
+  int actor_threads = 0;
+  /// actor_threads as run: the configured count, or half the cores (at least one).
+  int scheduler_threads() const;
   int write_timeout_ms = 30000;     ///< a write the client does not take within this ends its stream
   std::size_t max_buffered_bytes = 4 << 20;  ///< per connection: a client further behind is dropped
 };

@@ -16,7 +16,7 @@ max_header_bytes = 8192       # 431 above this
 request_timeout_ms = 10000    # a request must arrive whole within this time
 shutdown_grace_ms = 5000      # after SIGTERM, open streams get this long to finish
 io_threads = 1
-actor_threads = 2
+actor_threads = 0             # 0: half the cores (one on 2 cores: a second doubles the context switches)
 write_timeout_ms = 30000      # a client that takes no bytes this long loses its stream
 max_buffered_bytes = 4194304  # per connection: a client this far behind is dropped
 

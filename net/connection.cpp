@@ -1,5 +1,7 @@
 #include "net/connection.hpp"
 
+#include <cstdio>
+#include <initializer_list>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -323,22 +325,26 @@ class connection_impl final : public connection, public std::enable_shared_from_
   // A stream's cap holds at every append: past it nothing more is buffered, and the request
   // ends (once the current call has returned) as for a client that went away. Whole
   // answers are as large as they are.
-  void append(std::string_view bytes) {
+  void append(std::initializer_list<std::string_view> parts) {
     if (too_slow_) return;
-    if (streaming_ && outbox_.size() + inflight_.size() + bytes.size() > limits_.max_buffered_bytes) {
+    std::size_t size = 0;
+    for (auto p : parts) size += p.size();
+    if (streaming_ && outbox_.size() + inflight_.size() + size > limits_.max_buffered_bytes) {
       too_slow_ = true;
       asio::post(stream_.get_executor(), [self = shared_from_this()] { self->abort_request(); });
       return;
     }
-    outbox_.append(bytes.data(), bytes.size());
+    for (auto p : parts) outbox_.append(p.data(), p.size());
   }
+  void append(std::string_view bytes) { append({bytes}); }
 
+  // One HTTP chunk straight into the outbox (whose capacity is kept between writes).
   void frame(std::string_view sse) {
     if (sse.empty()) return;
     if (!chunked_) return append(sse);
-    frame_.clear();
-    append_http_chunk(frame_, sse);
-    append(frame_);
+    char head[20];
+    const int n = std::snprintf(head, sizeof head, "%zx\r\n", sse.size());
+    append({std::string_view(head, static_cast<std::size_t>(n)), sse, std::string_view("\r\n")});
   }
 
   void finish(int status) {
@@ -491,7 +497,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
   bool watching_ = false;
   bool read_after_watch_ = false;
   bool too_slow_ = false;
-  std::string outbox_, inflight_, frame_;
+  std::string outbox_, inflight_;
   bool closing_ = false;  ///< drain or shutdown: no request after this one
   // the request in progress
   std::shared_ptr<exchange_impl> current_;

@@ -169,9 +169,7 @@ std::string chunk_head(const completion_meta& m) {
 
 }  // namespace
 
-std::string json_quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
+void append_json_quoted(std::string& out, std::string_view s) {
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -194,9 +192,9 @@ std::string json_quote(std::string_view s) {
       case '\t': out += "\\t"; break;
       default:
         if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
+          static constexpr char hex[] = "0123456789abcdef";
+          const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+          out.append(esc, sizeof esc);
         } else {
           out += static_cast<char>(c);
         }
@@ -204,6 +202,12 @@ std::string json_quote(std::string_view s) {
     ++i;
   }
   out += '"';
+}
+
+std::string json_quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  append_json_quoted(out, s);
   return out;
 }
 
@@ -232,7 +236,21 @@ std::string chunk_role_json(const completion_meta& m) {
 }
 
 std::string chunk_content_json(const completion_meta& m, std::string_view text) {
-  return chunk_head(m) + "{\"index\":0,\"delta\":{\"content\":" + json_quote(text) + "},\"finish_reason\":null}]}";
+  std::string out = content_event_prefix(m).substr(6);  // without "data: "
+  append_json_quoted(out, text);
+  out += kContentSuffix;
+  return out;
+}
+
+std::string content_event_prefix(const completion_meta& m) {
+  return "data: " + chunk_head(m) + "{\"index\":0,\"delta\":{\"content\":";
+}
+
+void append_content_event(std::string& out, std::string_view prefix, std::string_view text) {
+  out += prefix;
+  append_json_quoted(out, text);
+  out += kContentSuffix;
+  out += "\n\n";
 }
 
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason) {

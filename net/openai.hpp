@@ -41,6 +41,8 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body);
 std::string error_json(const api_error& e);
 /// JSON string literal (quotes included) of arbitrary bytes; invalid UTF-8 becomes U+FFFD.
 std::string json_quote(std::string_view s);
+/// Appends `s` as a JSON string (quotes included; invalid UTF-8 becomes U+FFFD).
+void append_json_quoted(std::string& out, std::string_view s);
 
 /// What every chunk and completion of one request has in common.
 struct completion_meta {
@@ -62,6 +64,13 @@ struct completion_usage {
 
 std::string chunk_role_json(const completion_meta& m);
 std::string chunk_content_json(const completion_meta& m, std::string_view text);
+/// A content event without building a chunk: "data: " and the chunk up to its content,
+/// rendered once per stream ...
+std::string content_event_prefix(const completion_meta& m);
+/// ... then, per token, appended to the stream's reused buffer with the content quoted and
+/// the chunk's end: the same bytes as append_sse_event(chunk_content_json(m, text)).
+void append_content_event(std::string& out, std::string_view prefix, std::string_view text);
+inline constexpr std::string_view kContentSuffix = "},\"finish_reason\":null}]}";
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason);
 std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
 std::string completion_json(const completion_meta& m, std::string_view text,

@@ -50,7 +50,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
       return;
     }
     open_stream();
-    if (!ev.text.empty()) append_sse_event(sse_, chunk_content_json(meta_, ev.text));
+    if (!ev.text.empty()) append_content_event(sse_, content_prefix_, ev.text);
     flush();
   }
 
@@ -125,6 +125,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
     opened_ = true;
     ex_->begin_stream(rate_headers_);
     append_sse_event(sse_, chunk_role_json(meta_));
+    content_prefix_ = content_event_prefix(meta_);
   }
   void flush() {
     ex_->stream(sse_);
@@ -145,7 +146,8 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   bool done_ = false;
   bool opened_ = false;  ///< the stream's head and role chunk have gone out
   header_list rate_headers_;
-  std::string text_, sse_;
+  std::string text_, sse_;  ///< sse_: this stream's events since the last flush (its capacity is kept)
+  std::string content_prefix_;  ///< "data: " and the chunk up to its content, rendered once
   completion_usage usage_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_token_, last_token_;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -66,6 +67,25 @@ double cpu_seconds(int pid) {
     if (i == 15) stime = std::stoull(field);
   }
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Context switches (voluntary and not) of every thread of the process, from /proc.
+struct switches {
+  unsigned long long voluntary = 0, involuntary = 0;
+};
+
+switches context_switches(int pid) {
+  switches out;
+  if (pid <= 0) return out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(task.path() / "status");
+    for (std::string line; std::getline(f, line);) {
+      if (line.starts_with("voluntary_ctxt_switches:")) out.voluntary += std::stoull(line.substr(24));
+      if (line.starts_with("nonvoluntary_ctxt_switches:")) out.involuntary += std::stoull(line.substr(27));
+    }
+  }
+  return out;
 }
 
 double extract_number(const std::string& s, const std::string& key) {
@@ -226,6 +246,7 @@ int main(int argc, char** argv) {
   const auto t0 = clock_type::now();
   st.end_of_run = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opt.duration_s));
   const double cpu0 = cpu_seconds(opt.pid);
+  const switches sw0 = context_switches(opt.pid);
   std::vector<std::shared_ptr<slot>> slots;
   std::vector<std::unique_ptr<asio::steady_timer>> timers;
   for (int i = 0; i < opt.streams; ++i) {
@@ -241,6 +262,7 @@ int main(int argc, char** argv) {
   ioc.run();
   const double wall = seconds(clock_type::now() - t0);
   const double cpu = cpu_seconds(opt.pid) - cpu0;
+  const switches sw1 = context_switches(opt.pid);
 
   std::vector<double> ttft, overhead, rate;
   long long tokens = 0;
@@ -260,5 +282,9 @@ int main(int argc, char** argv) {
   std::printf("stream_tokens_per_s p5 %.1f p50 %.1f p95 %.1f\n", percentile(rate, 5), percentile(rate, 50), percentile(rate, 95));
   if (opt.pid > 0 && tokens > 0)
     std::printf("kiln_cpu_s %.2f cpu_s_per_million_tokens %.2f\n", cpu, cpu / (static_cast<double>(tokens) / 1e6));
+  if (opt.pid > 0 && tokens > 0)
+    std::printf("kiln_context_switches_per_1000_tokens voluntary %.1f involuntary %.1f\n",
+                static_cast<double>(sw1.voluntary - sw0.voluntary) * 1000 / static_cast<double>(tokens),
+                static_cast<double>(sw1.involuntary - sw0.involuntary) * 1000 / static_cast<double>(tokens));
   return st.done.empty() ? 1 : 0;
 }

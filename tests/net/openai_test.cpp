@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/openai.hpp"
+#include "net/sse.hpp"
 
 using namespace kiln::net;
 using nlohmann::json;
@@ -112,4 +113,26 @@ TEST_CASE("openai: json_quote escapes and repairs invalid UTF-8") {
   CHECK(json_quote("\xe2\x82") == "\"\\ufffd\\ufffd\"");  // truncated sequence
   CHECK(json_quote("\t\\") == "\"\\t\\\\\"");
   CHECK(json::parse(json_quote("\xc0\xaf")).get<std::string>() == "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
+}
+
+TEST_CASE("openai: a content event from the stream's prefix is the SSE event of its chunk, byte for byte") {
+  const completion_meta m{"chatcmpl-\"7\"", 1700000000, "chat-7b"};
+  const std::string prefix = content_event_prefix(m);
+  std::string reused;
+  for (std::string_view text : {"plain", "a \"q\"\n\x01\x1f", "\\", "\xff\xe2\x82", "\xf0\x9f\x98\x80 emoji", " "}) {
+    CAPTURE(text);
+    std::string want;
+    append_sse_event(want, chunk_content_json(m, text));
+    reused.clear();  // the stream's buffer: cleared after each flush, its capacity kept
+    append_content_event(reused, prefix, text);
+    CHECK(reused == want);
+    const json parsed = json::parse(reused.substr(6));  // after "data: "
+    CHECK(parsed["id"] == "chatcmpl-\"7\"");
+    CHECK(reused.ends_with("\n\n"));
+  }
+  // Events append: two tokens are two events in one buffer.
+  reused.clear();
+  append_content_event(reused, prefix, "a");
+  append_content_event(reused, prefix, "b");
+  CHECK(reused.find("\n\ndata: ") != std::string::npos);
 }
