@@ -166,11 +166,59 @@ void fail_all(stateful* self, const std::string& why) {
 void start_step(stateful* self, bool may_coast = true);
 caf::timespan seconds_span(double s);
 
-// A step's outputs reach their sinks (tokens) and owners (first token, end).
+// One message per sink for the step: a sink that serves many requests (a front's) gets a
+// batch, a sink of one request its tokens as they are.
+void send_batches(stateful* self, std::vector<std::pair<caf::actor, stream_batch>>& by_sink) {
+  for (auto& [sink, batch] : by_sink) {
+    if (batch.items.size() == 1) self->send(sink, std::move(batch.items.front()));
+    else self->send(sink, std::move(batch));
+  }
+  by_sink.clear();
+}
+
+void add_tokens(std::vector<std::pair<caf::actor, stream_batch>>& by_sink, const caf::actor& sink, stream_tokens ev) {
+  for (auto& [s, b] : by_sink)
+    if (s == sink) {
+      b.items.push_back(std::move(ev));
+      return;
+    }
+  by_sink.emplace_back(sink, stream_batch{});
+  by_sink.back().second.items.push_back(std::move(ev));
+}
+
+// A finished request's end: to its owner, or with none left, at its sink.
+void send_finish(stateful* self, engine_state::job& j, const engine::seq_output& out) {
+  auto& st = self->state;
+  if (st.fault_fraction > 0 && injected_fault(j.id, st.fault_fraction)) {
+    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed,
+                   "The engine of " + st.who.replica_id + " failed (an injected fault).", out.usage);
+  } else if (owner_alive(st, j)) {
+    self->send(j.owner, job_done{j.id, j.attempt, out.finish, out.usage, st.who.replica_id, std::max(0.0, j.ttft_ms)});
+  } else {
+    stream_end end;
+    end.id = j.id;
+    end.finish_reason = std::string(engine::to_string(out.finish));
+    end.prompt_tokens = out.usage.prompt_tokens;
+    end.completion_tokens = out.usage.completion_tokens;
+    end.cached_tokens = out.usage.cached_tokens;
+    end.model_version = st.who.version;
+    end.region = st.who.region;
+    end.replica_id = st.who.replica_id;
+    end.engine_ttft_ms = std::max(0.0, j.ttft_ms);
+    end.attempts = j.attempt + 1;
+    self->send(j.sink, std::move(end));
+  }
+}
+
+// A step's outputs reach their sinks (tokens, one message per sink) and owners (first token
+// before the tokens leave; ends after them, so an end never overtakes its last tokens).
 void send_outputs(stateful* self) {
   auto& st = self->state;
   const auto now = self->clock().now();
-  for (auto& out : st.pending.outputs) {
+  std::vector<std::pair<caf::actor, stream_batch>> by_sink;
+  std::vector<std::size_t> finished;  // indexes into pending.outputs
+  for (std::size_t k = 0; k < st.pending.outputs.size(); ++k) {
+    auto& out = st.pending.outputs[k];
     auto it = st.jobs.find(out.id);
     if (it == st.jobs.end()) continue;  // cancelled while the step ran
     auto& j = it->second;
@@ -186,33 +234,22 @@ void send_outputs(stateful* self) {
       j.unsent_text += out.text;
     } else if (out.new_tokens > 0 || !out.text.empty() || j.unsent > 0) {
       std::string text = j.unsent_text.empty() ? std::move(out.text) : std::move(j.unsent_text) + out.text;
-      self->send(j.sink, stream_tokens{j.id, std::move(text), j.unsent + out.new_tokens,
-                                       first ? out.usage.prompt_tokens : -1, first ? out.usage.cached_tokens : -1});
+      add_tokens(by_sink, j.sink,
+                 stream_tokens{j.id, std::move(text), j.unsent + out.new_tokens, first ? out.usage.prompt_tokens : -1,
+                               first ? out.usage.cached_tokens : -1});
       j.unsent = 0;
       j.unsent_text.clear();
     }
-    if (out.finish == engine::finish_reason::none) continue;
+    if (out.finish != engine::finish_reason::none) finished.push_back(k);
+  }
+  send_batches(self, by_sink);
+  for (std::size_t k : finished) {
+    const auto& out = st.pending.outputs[k];
+    auto it = st.jobs.find(out.id);
+    if (it == st.jobs.end()) continue;
     st.totals.prompt_tokens_total += out.usage.prompt_tokens;
     st.totals.cached_tokens_total += out.usage.cached_tokens;
-    if (st.fault_fraction > 0 && injected_fault(j.id, st.fault_fraction)) {
-      report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed,
-                     "The engine of " + st.who.replica_id + " failed (an injected fault).", out.usage);
-    } else if (owner_alive(st, j)) {
-      self->send(j.owner, job_done{j.id, j.attempt, out.finish, out.usage, st.who.replica_id, std::max(0.0, j.ttft_ms)});
-    } else {
-      stream_end end;
-      end.id = j.id;
-      end.finish_reason = std::string(engine::to_string(out.finish));
-      end.prompt_tokens = out.usage.prompt_tokens;
-      end.completion_tokens = out.usage.completion_tokens;
-      end.cached_tokens = out.usage.cached_tokens;
-      end.model_version = st.who.version;
-      end.region = st.who.region;
-      end.replica_id = st.who.replica_id;
-      end.engine_ttft_ms = std::max(0.0, j.ttft_ms);
-      end.attempts = j.attempt + 1;
-      self->send(j.sink, std::move(end));
-    }
+    send_finish(self, it->second, out);
     forget(st, out.id);
   }
   st.pending = {};
@@ -348,9 +385,10 @@ caf::behavior serving(stateful* self) {
                              " tokens) does not fit in this replica's KV cache.");
           return;
         }
-        watch(self, r.sink);
+        const caf::actor client = r.client ? r.client : r.sink;
+        watch(self, client);
         watch(self, r.owner);
-        st.jobs[seq] = {r.id, r.sink, r.owner, r.attempt, self->clock().now(), -1, {}, 0, {}};
+        st.jobs[seq] = {r.id, r.sink, r.owner, client, r.attempt, self->clock().now(), -1, {}, 0, {}};
         st.by_request[r.id] = seq;
         if (!st.stepping) start_step(self);
         st.publish();
@@ -413,11 +451,11 @@ caf::behavior loading(stateful* self, std::shared_ptr<const pool_runtime> pool, 
 
 }  // namespace
 
-int engine_state::cancel_sink(caf::event_based_actor* self, const caf::actor_addr& sink) {
+int engine_state::cancel_client(caf::event_based_actor* self, const caf::actor_addr& client) {
   int n = 0;
   for (auto it = jobs.begin(); it != jobs.end();) {
     auto& j = it->second;
-    if (j.sink.address() != sink) {
+    if (j.client.address() != client) {
       ++it;
       continue;
     }
@@ -455,7 +493,7 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
     }
     if (!st.core) return;
     settle(self);
-    if (st.cancel_sink(self, dm.source) > 0) st.publish();
+    if (st.cancel_client(self, dm.source) > 0) st.publish();
   });
   const std::uint64_t salt = XXH3_64bits(st.who.replica_id.data(), st.who.replica_id.size());
   loader->run([handle = caf::actor_cast<caf::actor>(self), pool, salt] {

@@ -57,6 +57,7 @@ struct engine_state {
     request_id id;
     caf::actor sink;
     caf::actor owner;
+    caf::actor client;  ///< whose end cancels it (the sink when the request names none)
     std::uint8_t attempt = 0;
     caf::actor_clock::time_point arrival;
     double ttft_ms = -1;
@@ -103,7 +104,7 @@ struct engine_state {
   engine::engine_request to_engine_request(const request& r, engine::seq_id seq) const;
   engine_load load() const;
   /// Drops every job whose sink is gone, telling their owners; returns how many.
-  int cancel_sink(caf::event_based_actor* self, const caf::actor_addr& sink);
+  int cancel_client(caf::event_based_actor* self, const caf::actor_addr& sink);
   /// Sends what a coasting engine held of a job's tokens.
   static void flush(job& j);
   void publish() const;

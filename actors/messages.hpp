@@ -54,6 +54,17 @@ typename Inspector::result_type inspect(Inspector& f, stream_tokens& x) {
   return f(caf::meta::type_name("stream_tokens"), x.id, x.text, x.tokens, x.prompt_tokens, x.cached_tokens);
 }
 
+/// One step's tokens for every request of one sink (a front serving many streams): one
+/// message per step per sink rather than one per request.
+struct stream_batch {
+  std::vector<stream_tokens> items;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_batch& x) {
+  return f(caf::meta::type_name("stream_batch"), x.items);
+}
+
 /// Terminal event of a request that completed. Every token was sent before it.
 struct stream_end {
   request_id id;

@@ -110,7 +110,10 @@ struct request {
   std::string conversation_id;
   std::vector<chat_turn> messages;
   std::vector<std::int32_t> prompt;
-  caf::actor sink;   ///< receives stream_tokens, then one stream_end or stream_error
+  caf::actor sink;   ///< receives stream_tokens (or stream_batch), then one stream_end or stream_error
+  /// Its end means the client went away and the request is cancelled wherever it runs (null:
+  /// the sink's end). A sink shared by many requests (a front's) needs one per request.
+  caf::actor client;
   caf::actor owner;  ///< receives first_token, job_done, job_failed from the engine
   std::uint8_t attempt = 0;  ///< 0 the first dispatch, then one more per retry
 };

@@ -11,6 +11,9 @@ namespace {
 caf::behavior stream_sink(caf::event_based_actor*, std::shared_ptr<stream_target> target) {
   return {
       [target](stream_tokens& ev) { target->on_tokens(std::move(ev)); },
+      [target](stream_batch& b) {
+        for (auto& ev : b.items) target->on_tokens(std::move(ev));
+      },
       [target](stream_end& ev) { target->on_end(std::move(ev)); },
       [target](stream_error& ev) { target->on_error(std::move(ev)); },
       [target](rate_limit_info& ev) { target->on_rate_limit(ev); },

@@ -119,6 +119,7 @@ server_config read_server(const toml::table& t) {
   r.number("shutdown_grace_ms", s.shutdown_grace_ms, 0, 3.6e6);
   r.number("io_threads", s.io_threads, 1, 64);
   r.number("actor_threads", s.actor_threads, 0, 64);
+  r.number("actor_sleep_polls", s.actor_sleep_polls, 0, 1e6);
   r.number("write_timeout_ms", s.write_timeout_ms, 1, 3.6e6);
   r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
   r.no_unknown_keys();

@@ -17,6 +17,7 @@ request_timeout_ms = 10000    # a request must arrive whole within this time
 shutdown_grace_ms = 5000      # after SIGTERM, open streams get this long to finish
 io_threads = 1
 actor_threads = 0             # 0: half the cores (one on 2 cores: a second doubles the context switches)
+actor_sleep_polls = 0         # an idle actor thread blocks at once rather than sleeping 50 us at a time
 write_timeout_ms = 30000      # a client that takes no bytes this long loses its stream
 max_buffered_bytes = 4194304  # per connection: a client this far behind is dropped
 

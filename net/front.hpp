@@ -13,6 +13,7 @@ struct front {
   std::atomic<bool> draining{false};
   std::atomic<bool> ready{false};  ///< every pool has loaded (or failed to)
   route_table routes;
+  caf::actor hub;  ///< the one sink of every stream this front serves (net/stream_hub.hpp)
 };
 
 /// Each adds its paths to the front's route table.

@@ -8,7 +8,10 @@
 #include <utility>
 #include <boost/asio.hpp>
 
+#include <caf/all.hpp>
+
 #include "net/connection.hpp"
+#include "net/stream_hub.hpp"
 
 namespace kiln::net {
 
@@ -20,12 +23,22 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
   impl(boost::asio::io_context& ioc, server_deps d)
       : ioc_(ioc), acceptor_(boost::asio::make_strand(ioc)), backoff_(acceptor_.get_executor()), grace_timer_(ioc) {
     front_.deps = std::move(d);
+    if (front_.deps.sys)
+      front_.hub = spawn_stream_hub(
+          *front_.deps.sys, [&ioc](std::function<void()> fn) { boost::asio::post(ioc, std::move(fn)); },
+          front_.deps.cfg->server.io_threads == 1);
     add_openai_routes(front_);
     add_admin_routes(front_);
     add_team_routes(front_);
     add_model_routes(front_);
     add_ops_routes(front_);
     add_pool_limit_routes(front_);
+  }
+
+  ~impl() { stop_hub(); }
+  void stop_hub() {
+    if (front_.hub) caf::anon_send_exit(front_.hub, caf::exit_reason::user_shutdown);
+    front_.hub = nullptr;
   }
 
   front& shared() override { return front_; }
@@ -134,6 +147,8 @@ std::variant<std::uint16_t, std::string> http_server::start(int port_override) {
 }
 
 void http_server::set_ready() { impl_->front_.ready = true; }
+
+void http_server::stop() { impl_->stop_hub(); }
 
 void http_server::drain(std::function<void()> on_drained) {
   // Keep accepting while draining, so that /healthz can say so; stop when drained.

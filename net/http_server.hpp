@@ -49,6 +49,8 @@ class http_server {
   void drain(std::function<void()> on_drained);
   /// Every pool has loaded: /healthz says ok from now on.
   void set_ready();
+  /// After the I/O threads have stopped: the front's actors end (before the actor system's).
+  void stop();
 
   struct impl;
 

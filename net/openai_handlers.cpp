@@ -9,6 +9,7 @@
 #include "net/errors.hpp"
 #include "net/front.hpp"
 #include "net/sse.hpp"
+#include "net/stream_hub.hpp"
 
 namespace kiln::net {
 
@@ -21,15 +22,16 @@ std::int64_t unix_now() {
 // One chat completion in flight: its sink's events arrive here on the connection's strand
 // and become SSE chunks or one JSON answer. Whatever ends it stops the sink, which tells
 // the engine (if any still holds the request) that nobody listens any more.
-class chat_call final : public std::enable_shared_from_this<chat_call> {
+class chat_call final : public actors::stream_target, public std::enable_shared_from_this<chat_call> {
  public:
   chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, completion_meta meta)
       : f_(f), ex_(std::move(ex)), stream_(stream), meta_(std::move(meta)) {}
-  ~chat_call() { actors::stop_sink(sink_); }
+  ~chat_call() override { release(); }
 
   void start(actors::request r);
 
-  void on_tokens(actors::stream_tokens ev) {
+  // The hub's events, on the connection's strand (or the one I/O thread).
+  void on_tokens(actors::stream_tokens ev) override {
     if (done_ || ev.id != id_) return;
     auto& log = ex_->log();
     if (ev.prompt_tokens >= 0) {
@@ -54,7 +56,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
     flush();
   }
 
-  void on_end(actors::stream_end ev) {
+  void on_end(actors::stream_end ev) override {
     if (done_ || ev.id != id_) return;
     auto& log = ex_->log();
     log.version = ev.model_version;
@@ -79,13 +81,13 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
     }
   }
 
-  void on_error(actors::stream_error ev) {
+  void on_error(actors::stream_error ev) override {
     if (done_ || ev.id != id_) return;
     fail(to_api_error(ev.code, std::move(ev.message), std::move(ev.param), ev.retry_after_s));
   }
 
   // OpenAI's x-ratelimit-*-tokens headers, on the answer whatever it is.
-  void on_rate_limit(actors::rate_limit_info ev) {
+  void on_rate_limit(actors::rate_limit_info ev) override {
     if (done_ || ev.id != id_ || ev.limit_tokens <= 0) return;
     char reset[32];
     std::snprintf(reset, sizeof reset, "%.3gs", ev.reset_s);
@@ -133,8 +135,14 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   }
   void finish() {
     done_ = true;
-    actors::stop_sink(sink_);
-    sink_ = nullptr;
+    release();
+  }
+  // The request's client handle ends (engines holding it cancel it) and the hub forgets it.
+  void release() {
+    if (!client_) return;
+    end_client_handle(client_);
+    client_ = nullptr;
+    hub_detach(f_.hub, id_);
   }
 
   front& f_;
@@ -142,7 +150,7 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   bool stream_;
   completion_meta meta_;
   actors::request_id id_;
-  caf::actor sink_;
+  caf::actor client_;  ///< ends when this call does: the request's cancellation
   bool done_ = false;
   bool opened_ = false;  ///< the stream's head and role chunk have gone out
   header_list rate_headers_;
@@ -153,32 +161,14 @@ class chat_call final : public std::enable_shared_from_this<chat_call> {
   std::chrono::steady_clock::time_point first_token_, last_token_;
 };
 
-// Hands each event to the call on its connection's strand.
-class strand_target final : public actors::stream_target {
- public:
-  strand_target(std::shared_ptr<chat_call> call, std::shared_ptr<exchange> ex) : call_(std::move(call)), ex_(std::move(ex)) {}
-  void on_tokens(actors::stream_tokens ev) override { post(&chat_call::on_tokens, std::move(ev)); }
-  void on_end(actors::stream_end ev) override { post(&chat_call::on_end, std::move(ev)); }
-  void on_error(actors::stream_error ev) override { post(&chat_call::on_error, std::move(ev)); }
-  void on_rate_limit(actors::rate_limit_info ev) override { post(&chat_call::on_rate_limit, std::move(ev)); }
-
- private:
-  template <class Ev>
-  void post(void (chat_call::*fn)(Ev), Ev ev) {
-    ex_->post([w = std::weak_ptr<chat_call>(call_), fn, ev = std::move(ev)]() mutable {
-      if (auto c = w.lock()) ((*c).*fn)(std::move(ev));
-    });
-  }
-  std::shared_ptr<chat_call> call_;
-  std::shared_ptr<exchange> ex_;
-};
-
 void chat_call::start(actors::request r) {
   id_ = r.id;
-  // The sink's target keeps this call alive until the sink ends; the exchange's interrupt
-  // reaches it only while it lives.
-  sink_ = actors::spawn_stream_sink(*f_.deps.sys, std::make_shared<strand_target>(shared_from_this(), ex_));
-  r.sink = sink_;
+  // The hub holds this call until its end or error, or until it detaches (finish); the
+  // exchange's interrupt and timer reach it only while it lives.
+  client_ = spawn_client_handle(*f_.deps.sys);
+  hub_attach(f_.hub, id_, shared_from_this(), [ex = ex_](std::function<void()> fn) { ex->post(std::move(fn)); });
+  r.sink = f_.hub;
+  r.client = client_;
   ex_->on_interrupt([w = weak_from_this()](interruption why) {
     if (auto c = w.lock()) c->on_interrupt(why);
   });

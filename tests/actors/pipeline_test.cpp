@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include <caf/all.hpp>
@@ -157,4 +158,74 @@ TEST_CASE_FIXTURE(region_fixture, "pipeline: a repeated conversation reports its
   CHECK(reqs[1].rec->ends[0].cached_tokens == 96);
   CHECK(reqs[1].rec->ends[0].replica_id == reqs[0].rec->ends[0].replica_id);
   CHECK(reqs[2].rec->ends[0].cached_tokens == 0);
+}
+
+namespace {
+
+// A front's sink: one actor for many requests, recording each message as it comes.
+struct shared_sink_log {
+  std::map<std::string, int> tokens;  ///< by request id
+  std::map<std::string, int> ends;
+  std::map<std::string, int> completion;  ///< completion tokens its end reports
+  std::vector<std::size_t> batch_sizes;
+};
+
+caf::behavior shared_sink(caf::event_based_actor*, std::shared_ptr<shared_sink_log> log) {
+  return {
+      [log](actors::stream_tokens& ev) {
+        log->batch_sizes.push_back(1);
+        log->tokens[ev.id.str()] += ev.tokens;
+      },
+      [log](actors::stream_batch& b) {
+        log->batch_sizes.push_back(b.items.size());
+        for (const auto& ev : b.items) log->tokens[ev.id.str()] += ev.tokens;
+      },
+      [log](actors::stream_end& ev) {
+        ++log->ends[ev.id.str()];
+        log->completion[ev.id.str()] = ev.completion_tokens;
+      },
+      [log](actors::stream_error& ev) { ++log->ends[ev.id.str()]; },
+      [](actors::rate_limit_info&) {},
+  };
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(region_fixture, "pipeline: one sink for many requests gets a batch per step; a client gone cancels its request only") {
+  auto log = std::make_shared<shared_sink_log>();
+  const caf::actor sink = sys.spawn(shared_sink, log);
+  std::vector<caf::actor> clients;
+  std::vector<actors::request_id> req_ids;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(sys.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](caf::unit_t) {}}; }));
+    actors::request r;
+    r.id = ids.next();
+    req_ids.push_back(r.id);
+    r.team = "search";
+    r.model = "chat-7b";
+    r.messages = {{"user", "the same prompt for both, so one replica serves them"}};
+    r.sampling.max_tokens = 400;
+    r.sampling.seed = 1;
+    r.sink = sink;
+    r.client = clients.back();
+    actors::submit(sys, std::move(r));
+  }
+  vt.run_for(300ms);
+  CHECK(running() == 2);
+  CHECK(std::count(log->batch_sizes.begin(), log->batch_sizes.end(), std::size_t{2}) > 0);  // both in one message
+  // The first request's client goes (its connection closed): that request ends, the other runs on.
+  caf::anon_send_exit(clients[0], caf::exit_reason::user_shutdown);
+  vt.run_for(100ms);
+  CHECK(running() == 1);
+  const int cut_at = log->tokens[req_ids[0].str()];
+  REQUIRE(vt.run_until([&] { return log->ends.count(req_ids[1].str()) > 0; }, 60s));
+  vt.run_for(1s);
+  CHECK(log->tokens[req_ids[1].str()] == log->completion[req_ids[1].str()]);  // every token, then its end
+  CHECK(log->tokens[req_ids[1].str()] > cut_at);
+  CHECK(log->ends[req_ids[1].str()] == 1);
+  CHECK(log->tokens[req_ids[0].str()] == cut_at);  // nothing more for the gone one
+  CHECK(cut_at > 0);
+  CHECK(log->ends.count(req_ids[0].str()) == 0);  // its client is gone: no end is owed to anyone
+  caf::anon_send_exit(clients[1], caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
 }

@@ -1,0 +1,119 @@
+#include "net/stream_hub.hpp"
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+
+namespace kiln::net {
+
+namespace {
+
+struct hub_attach_msg {
+  actors::request_id id;
+  std::shared_ptr<actors::stream_target> target;
+  run_fn on_strand;
+};
+struct hub_detach_msg {
+  actors::request_id id;
+};
+
+}  // namespace
+
+}  // namespace kiln::net
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::net::hub_attach_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::net::hub_detach_msg)
+
+namespace kiln::net {
+
+namespace {
+
+struct hub_state {
+  struct entry {
+    std::shared_ptr<actors::stream_target> target;
+    run_fn on_strand;
+  };
+  std::unordered_map<actors::request_id, entry, actors::request_id_hash> streams;
+  run_fn post_io;
+  bool one_io_thread = true;
+  static inline const char* name = "kiln.stream_hub";
+};
+
+using stateful = caf::stateful_actor<hub_state>;
+using target_ptr = std::shared_ptr<actors::stream_target>;
+
+// A step's tokens: one post for the whole batch on one I/O thread; else one per stream.
+void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
+  auto& st = self->state;
+  if (st.one_io_thread) {
+    std::vector<std::pair<target_ptr, actors::stream_tokens>> work;
+    work.reserve(items.size());
+    for (auto& ev : items)
+      if (auto it = st.streams.find(ev.id); it != st.streams.end()) work.emplace_back(it->second.target, std::move(ev));
+    if (work.empty()) return;
+    st.post_io([work = std::move(work)]() mutable {
+      for (auto& [t, ev] : work) t->on_tokens(std::move(ev));
+    });
+    return;
+  }
+  for (auto& ev : items) {
+    auto it = st.streams.find(ev.id);
+    if (it == st.streams.end()) continue;
+    it->second.on_strand([t = it->second.target, ev = std::move(ev)]() mutable { t->on_tokens(std::move(ev)); });
+  }
+}
+
+// One event for one stream, in order with its tokens; `last` ends the stream here.
+template <class Ev>
+void one(stateful* self, Ev ev, void (actors::stream_target::*fn)(Ev), bool last) {
+  auto& st = self->state;
+  auto it = st.streams.find(ev.id);
+  if (it == st.streams.end()) return;
+  auto job = [t = it->second.target, fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
+  if (st.one_io_thread) st.post_io(std::move(job));
+  else it->second.on_strand(std::move(job));
+  if (last) st.streams.erase(it);
+}
+
+caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread) {
+  self->state.post_io = std::move(post_io);
+  self->state.one_io_thread = one_io_thread;
+  return {
+      [self](hub_attach_msg& a) { self->state.streams[a.id] = {std::move(a.target), std::move(a.on_strand)}; },
+      [self](hub_detach_msg& d) { self->state.streams.erase(d.id); },
+      [self](actors::stream_tokens& ev) {
+        std::vector<actors::stream_tokens> one_item;
+        one_item.push_back(std::move(ev));
+        deliver(self, one_item);
+      },
+      [self](actors::stream_batch& b) { deliver(self, b.items); },
+      [self](actors::stream_end& ev) { one(self, std::move(ev), &actors::stream_target::on_end, true); },
+      [self](actors::stream_error& ev) { one(self, std::move(ev), &actors::stream_target::on_error, true); },
+      [self](actors::rate_limit_info& ev) { one(self, ev, &actors::stream_target::on_rate_limit, false); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread) {
+  return sys.spawn(stream_hub, std::move(post_io), one_io_thread);
+}
+
+void hub_attach(const caf::actor& hub, const actors::request_id& id, std::shared_ptr<actors::stream_target> target,
+                run_fn on_strand) {
+  caf::anon_send(hub, hub_attach_msg{id, std::move(target), std::move(on_strand)});
+}
+
+void hub_detach(const caf::actor& hub, const actors::request_id& id) { caf::anon_send(hub, hub_detach_msg{id}); }
+
+caf::actor spawn_client_handle(caf::actor_system& sys) {
+  return sys.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](caf::unit_t) {}}; });
+}
+
+void end_client_handle(const caf::actor& client) {
+  if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace kiln::net

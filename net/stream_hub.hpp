@@ -1,0 +1,34 @@
+#pragma once
+// The front's one sink for every stream it serves: engines send it one message per step with
+// the tokens of all its streams (stream_batch), owners and admission their ends, errors and
+// limits. It hands a batch to the I/O thread in one post (with one I/O thread) or to each
+// stream's connection strand (with several). A request is attached before it is submitted and
+// detached when its call ends; what arrives for a detached request is dropped.
+#include <functional>
+#include <memory>
+
+#include <caf/actor.hpp>
+
+#include "actors/request.hpp"
+#include "actors/stream_sink.hpp"
+
+namespace caf { class actor_system; }
+
+namespace kiln::net {
+
+/// Runs work where it must run (the I/O thread, or a connection's strand).
+using run_fn = std::function<void(std::function<void()>)>;
+
+caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread);
+/// A request's target (held until its end, error or detach) and how to reach its connection's
+/// strand; before it is submitted.
+void hub_attach(const caf::actor& hub, const actors::request_id& id, std::shared_ptr<actors::stream_target> target,
+                run_fn on_strand);
+void hub_detach(const caf::actor& hub, const actors::request_id& id);
+
+/// A request's client handle: an actor that only lives; engines holding the request watch it,
+/// and its end (the call is over: done, or its client gone) cancels the request.
+caf::actor spawn_client_handle(caf::actor_system& sys);
+void end_client_handle(const caf::actor& client);
+
+}  // namespace kiln::net
