@@ -19,6 +19,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/gauges.hpp"
+#include "actors/registry_calls.hpp"
 #include "config/config.hpp"
 
 namespace kiln::actors {
@@ -87,19 +88,11 @@ struct autoscaler_deps {
   calendar_anchor calendar;
 };
 
-/// What the store says of the pool (bounds and warm replicas from `pools`, the gate's
-/// capacity); the configured values until it answers, or where there is no store.
-struct stored_scale {
-  bool has_limits = false;
-  int min_replicas = 0;
-  int max_replicas = 0;
-  int warm_replicas = 0;
-  double gated_tokens_in_flight = 0;
-};
-
 struct autoscaler_state {
   autoscaler_deps d;
-  stored_scale stored;
+  /// What the store last said of the pool (its `pools` row, its version's gated capacity);
+  /// nothing until it answers, or where no store runs: the config's values hold.
+  scale_settings stored;
   std::set<std::string> draining;  ///< replicas it asked to drain, until they are removed
   std::deque<std::pair<caf::actor_clock::time_point, std::int64_t>> recent;  ///< tokens in flight, last minute
   caf::actor_clock::time_point last_change;  ///< the last add or removal: a period before the next removal

@@ -27,9 +27,9 @@ config::autoscale_config effective(const autoscaler_state& st, caf::actor_clock:
   config::autoscale_config c = st.d.cfg->autoscale;
   warm = c.warm_replicas;
   if (st.stored.has_limits) {
-    c.min_replicas = st.stored.min_replicas;
-    c.max_replicas = st.stored.max_replicas;
-    warm = st.stored.warm_replicas;
+    c.min_replicas = st.stored.limits.min_replicas;
+    c.max_replicas = st.stored.limits.max_replicas;
+    warm = st.stored.limits.warm_replicas;
   }
   if (!c.schedule.empty())
     c.min_replicas = std::max(c.min_replicas, std::min(c.max_replicas, scheduled_minimum(c, st.d.calendar.unix_at(now))));
@@ -43,14 +43,7 @@ void read_store(stateful* self, caf::timespan timeout) {
   if (!store) return;
   self->request(store, timeout, scale_settings_call{st.d.cfg->model, st.d.cfg->version, st.d.region})
       .then(
-          [self](scale_settings& s) {
-            auto& stored = self->state.stored;
-            stored.has_limits = s.has_limits;
-            stored.min_replicas = s.limits.min_replicas;
-            stored.max_replicas = s.limits.max_replicas;
-            stored.warm_replicas = s.limits.warm_replicas;
-            stored.gated_tokens_in_flight = s.gated_tokens_in_flight;
-          },
+          [self](scale_settings& s) { self->state.stored = std::move(s); },
           [](caf::error&) {});  // the store is away: keep what it said last
 }
 

@@ -21,10 +21,6 @@ std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-caf::actor node_of(front& f) {
-  return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::node_name));
-}
-
 json pool_json(const std::string& model, const std::vector<actors::pool_view>& views) {
   const std::int64_t now = unix_ms();
   json replicas = json::array(), versions = json::array();
@@ -131,6 +127,9 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
 }
 
 }  // namespace
+
+caf::actor store_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::store_name)); }
+caf::actor node_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::node_name)); }
 
 void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err, const std::string& who) {
   const std::string text = actors::error_text(*f.deps.sys, err);

@@ -21,12 +21,6 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kAskTimeout = std::chrono::seconds(60);
 
-caf::actor store_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::store_name)); }
-caf::actor node_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::node_name)); }
-
-void bad(const std::shared_ptr<exchange>& ex, const std::string& msg, const std::string& param) {
-  ex->respond(400, error_json({400, "invalid_request_error", msg, param, ""}));
-}
 
 json version_json(const config::model_version& v) {
   json files = json::array();
@@ -75,20 +69,20 @@ json view_json(const actors::rollout_view& v) {
 // POST /admin/models/{model}/versions
 void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   static const char* known[] = {"version", "weights_uri", "weights_hash", "tokenizer_hash", "chat_template",
                                 "precision", "gpus_per_replica", "engine_config"};
   for (const auto& [k, v] : body.items())
-    if (std::find(std::begin(known), std::end(known), k) == std::end(known)) return bad(ex, "Unknown field '" + k + "'.", k);
+    if (std::find(std::begin(known), std::end(known), k) == std::end(known)) return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   config::model_version v;
   v.model = model;
   auto text = [&](const char* name, std::string& out, bool required) {
     if (!body.contains(name)) {
-      if (required) bad(ex, std::string("'") + name + "' is required.", name);
+      if (required) answer_bad_request(ex, std::string("'") + name + "' is required.", name);
       return !required;
     }
     if (!body[name].is_string()) {
-      bad(ex, std::string("'") + name + "' must be a string.", name);
+      answer_bad_request(ex, std::string("'") + name + "' must be a string.", name);
       return false;
     }
     out = body[name].get<std::string>();
@@ -98,20 +92,20 @@ void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::
       !text("weights_hash", v.weights_hash, true) || !text("tokenizer_hash", v.tokenizer_hash, true) ||
       !text("chat_template", v.chat_template, false) || !text("precision", v.precision, false))
     return;
-  if (!good_name(v.version)) return bad(ex, "'version' must be 1-64 letters, digits, '-', '_' or '.'.", "version");
-  if (!config::valid_precision(v.precision)) return bad(ex, "'precision' must be fp16, int8 or 4bit.", "precision");
+  if (!good_name(v.version)) return answer_bad_request(ex, "'version' must be 1-64 letters, digits, '-', '_' or '.'.", "version");
+  if (!config::valid_precision(v.precision)) return answer_bad_request(ex, "'precision' must be fp16, int8 or 4bit.", "precision");
   if (body.contains("gpus_per_replica")) {
     const json& g = body["gpus_per_replica"];
     if (!g.is_number_integer() || g.get<int>() < 1 || g.get<int>() > 64)
-      return bad(ex, "'gpus_per_replica' must be a whole number from 1 to 64.", "gpus_per_replica");
+      return answer_bad_request(ex, "'gpus_per_replica' must be a whole number from 1 to 64.", "gpus_per_replica");
     v.gpus_per_replica = g.get<int>();
   }
   if (body.contains("engine_config")) {
     const json& e = body["engine_config"];
-    if (!e.is_object()) return bad(ex, "'engine_config' must be a JSON object.", "engine_config");
+    if (!e.is_object()) return answer_bad_request(ex, "'engine_config' must be a JSON object.", "engine_config");
     if (e.contains("replicas") && (!e["replicas"].is_number_integer() || e["replicas"].get<int>() < 1 ||
                                    e["replicas"].get<int>() > 1024))
-      return bad(ex, "'engine_config.replicas' must be a whole number from 1 to 1024.", "engine_config");
+      return answer_bad_request(ex, "'engine_config.replicas' must be a whole number from 1 to 1024.", "engine_config");
     v.engine_config = e.dump();
   }
   actors::ask<actors::version_registered>(*f.deps.sys, store_of(f), actors::register_version_call{v}, kAskTimeout,
@@ -144,19 +138,19 @@ void to_node(front& f, const std::shared_ptr<exchange>& ex, Order o) {
 // PUT /admin/models/{model}/rollout {version, stage, percent}
 void rollout(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   for (const auto& [k, v] : body.items())
-    if (k != "version" && k != "stage" && k != "percent") return bad(ex, "Unknown field '" + k + "'.", k);
+    if (k != "version" && k != "stage" && k != "percent") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   actors::rollout_order o;
   o.model = model;
   if (!body.contains("version") || !body["version"].is_string() || !good_name(body["version"].get<std::string>()))
-    return bad(ex, "'version' is required: a registered version.", "version");
+    return answer_bad_request(ex, "'version' is required: a registered version.", "version");
   o.version = body["version"];
   o.stage = body.value("stage", json("canary")).is_string() ? body.value("stage", "canary") : "";
-  if (o.stage != "canary" && o.stage != "shadow") return bad(ex, "'stage' must be shadow or canary.", "stage");
+  if (o.stage != "canary" && o.stage != "shadow") return answer_bad_request(ex, "'stage' must be shadow or canary.", "stage");
   const json pct = body.value("percent", json(1.0));
   if (!pct.is_number() || !(pct.get<double>() >= 0 && pct.get<double>() <= 100))
-    return bad(ex, "'percent' must be a number from 0 to 100.", "percent");
+    return answer_bad_request(ex, "'percent' must be a number from 0 to 100.", "percent");
   o.percent = pct.get<double>();
   to_node(f, ex, o);
 }
@@ -164,11 +158,11 @@ void rollout(front& f, const std::shared_ptr<exchange>& ex, const std::string& m
 // PUT /admin/models/{model}/alias {version}
 void alias(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   for (const auto& [k, v] : body.items())
-    if (k != "version") return bad(ex, "Unknown field '" + k + "'.", k);
+    if (k != "version") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   if (!body.contains("version") || !body["version"].is_string() || !good_name(body["version"].get<std::string>()))
-    return bad(ex, "'version' is required.", "version");
+    return answer_bad_request(ex, "'version' is required.", "version");
   to_node(f, ex, actors::alias_order{model, body["version"].get<std::string>()});
 }
 

@@ -20,11 +20,6 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kAskTimeout = std::chrono::seconds(30);
 
-caf::actor store_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::store_name)); }
-
-void bad(const std::shared_ptr<exchange>& ex, const std::string& msg, const std::string& param) {
-  ex->respond(400, error_json({400, "invalid_request_error", msg, param, ""}));
-}
 
 json limits_json(const config::pool_limits& l) {
   return {{"model", l.model},
@@ -38,12 +33,12 @@ json limits_json(const config::pool_limits& l) {
 // A whole number field of the body, within [0, 10000]; false (answered 400) when it is not.
 bool count_field(const std::shared_ptr<exchange>& ex, const json& body, const char* name, int& out, bool required) {
   if (!body.contains(name)) {
-    if (required) bad(ex, std::string("'") + name + "' is required.", name);
+    if (required) answer_bad_request(ex, std::string("'") + name + "' is required.", name);
     return !required;
   }
   const json& v = body[name];
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 10000) {
-    bad(ex, std::string("'") + name + "' must be a whole number from 0 to 10000.", name);
+    answer_bad_request(ex, std::string("'") + name + "' must be a whole number from 0 to 10000.", name);
     return false;
   }
   out = static_cast<int>(v.get<std::int64_t>());
@@ -51,26 +46,26 @@ bool count_field(const std::shared_ptr<exchange>& ex, const json& body, const ch
 }
 
 void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string& model, const std::string& version) {
-  if (!good_name(model) || !good_name(version)) return bad(ex, "The model and version must be plain names.", "model");
+  if (!good_name(model) || !good_name(version)) return answer_bad_request(ex, "The model and version must be plain names.", "model");
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   for (const auto& [k, v] : body.items())
     if (k != "min_replicas" && k != "max_replicas" && k != "warm_replicas" && k != "region")
-      return bad(ex, "Unknown field '" + k + "'.", k);
+      return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   config::pool_limits l;
   l.model = model;
   l.version = version;
   l.region = f.deps.cfg->region;
   if (body.contains("region")) {
     if (!body["region"].is_string() || !good_name(body["region"].get<std::string>()))
-      return bad(ex, "'region' must be a plain name.", "region");
+      return answer_bad_request(ex, "'region' must be a plain name.", "region");
     l.region = body["region"].get<std::string>();
   }
   if (!count_field(ex, body, "min_replicas", l.min_replicas, true) ||
       !count_field(ex, body, "max_replicas", l.max_replicas, true) ||
       !count_field(ex, body, "warm_replicas", l.warm_replicas, false))
     return;
-  if (auto why = config::check_pool_limits(l); !why.empty()) return bad(ex, why, "max_replicas");
+  if (auto why = config::check_pool_limits(l); !why.empty()) return answer_bad_request(ex, why, "max_replicas");
   actors::ask<config::pool_limits>(*f.deps.sys, store_of(f), actors::pool_limits_write{l}, kAskTimeout,
                                    [&f, ex](caf::expected<config::pool_limits> r) {
                                      if (!r) return answer_failure(f, ex, r.error(), "store");

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 
+#include <caf/actor.hpp>
 #include <caf/error.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,15 @@ inline bool good_name(const std::string& s) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
   return true;
 }
+
+/// 400 invalid_request_error naming the parameter, answered now (on the connection's strand).
+inline void answer_bad_request(const std::shared_ptr<exchange>& ex, const std::string& msg, const std::string& param) {
+  ex->respond(400, error_json({400, "invalid_request_error", msg, param, ""}));
+}
+
+/// The node's store writer and node supervisor, as named in the actor registry.
+caf::actor store_of(front& f);
+caf::actor node_of(front& f);
 
 /// kiln's own errors map as everywhere (unknown names are 404 not_found); a bad name from
 /// the node is 404 too; no answer at all is 503.

@@ -18,7 +18,6 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kAskTimeout = std::chrono::seconds(10);
 
-caf::actor store_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::store_name)); }
 
 json limits_json(const std::string& team, const std::vector<config::team_limit>& limits) {
   json rows = json::array();
@@ -31,16 +30,12 @@ json limits_json(const std::string& team, const std::vector<config::team_limit>&
   return {{"team", team}, {"limits", rows}};
 }
 
-void bad(const std::shared_ptr<exchange>& ex, const std::string& msg, const std::string& param) {
-  ex->respond(400, error_json({400, "invalid_request_error", msg, param, ""}));
-}
-
 // Reads a number field in [lo, hi] into `out`; false (answered 400) when it is not one.
 bool number(const std::shared_ptr<exchange>& ex, const json& body, const char* name, double lo, double hi, double& out) {
   if (!body.contains(name)) return true;
   const json& v = body[name];
   if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi)) {
-    bad(ex, std::string("'") + name + "' must be a number from " + json(lo).dump() + " to " + json(hi).dump() + ".", name);
+    answer_bad_request(ex, std::string("'") + name + "' must be a number from " + json(lo).dump() + " to " + json(hi).dump() + ".", name);
     return false;
   }
   out = v.get<double>();
@@ -49,12 +44,12 @@ bool number(const std::shared_ptr<exchange>& ex, const json& body, const char* n
 
 void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string& team) {
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   for (const auto& [k, v] : body.items())
     if (k != "model" && k != "tokens_per_minute" && k != "burst" && k != "max_concurrency" && k != "guaranteed_share")
-      return bad(ex, "Unknown field '" + k + "'.", k);
+      return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   if (!body.contains("model") || !body["model"].is_string() || body["model"].get<std::string>().empty())
-    return bad(ex, "'model' is required.", "model");
+    return answer_bad_request(ex, "'model' is required.", "model");
   config::team_limit l;
   l.model = body["model"];
   double concurrency = 0;
@@ -63,7 +58,7 @@ void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string
       !number(ex, body, "guaranteed_share", 0, 1, l.guaranteed_share))
     return;
   if (concurrency != static_cast<double>(static_cast<int>(concurrency)))
-    return bad(ex, "'max_concurrency' must be a whole number.", "max_concurrency");
+    return answer_bad_request(ex, "'max_concurrency' must be a whole number.", "max_concurrency");
   l.max_concurrency = static_cast<int>(concurrency);
   actors::ask<std::vector<config::team_limit>>(*f.deps.sys, store_of(f), actors::put_limit{team, l}, kAskTimeout,
                                                [&f, ex, team](caf::expected<std::vector<config::team_limit>> r) {
@@ -82,17 +77,17 @@ void get_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string
 
 void create_team(front& f, const std::shared_ptr<exchange>& ex) {
   const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad(ex, "The body must be a JSON object.", "");
+  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
   for (const auto& [k, v] : body.items())
-    if (k != "team" && k != "name" && k != "max_priority") return bad(ex, "Unknown field '" + k + "'.", k);
+    if (k != "team" && k != "name" && k != "max_priority") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   const std::string team = body.value("team", json("")).is_string() ? body.value("team", "") : "";
-  if (!good_name(team)) return bad(ex, "'team' must be 1-64 letters, digits, '-', '_' or '.'.", "team");
+  if (!good_name(team)) return answer_bad_request(ex, "'team' must be 1-64 letters, digits, '-', '_' or '.'.", "team");
   actors::create_team c{team, body.value("name", json(team)).is_string() ? body.value("name", team) : team,
                         engine::priority::interactive};
   if (body.contains("max_priority")) {
     const auto p = body["max_priority"].is_string() ? engine::parse_priority(body["max_priority"].get<std::string>())
                                                      : std::nullopt;
-    if (!p) return bad(ex, "'max_priority' must be interactive, standard or batch.", "max_priority");
+    if (!p) return answer_bad_request(ex, "'max_priority' must be interactive, standard or batch.", "max_priority");
     c.max_priority = *p;
   }
   actors::ask<actors::team_created>(*f.deps.sys, store_of(f), c, kAskTimeout,
@@ -129,10 +124,10 @@ void usage(front& f, const std::shared_ptr<exchange>& ex, const std::string& tea
     } else if (k == "from" || k == "to") {
       char* end = nullptr;
       const long long s = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || s < 0) return bad(ex, "'" + k + "' must be unix seconds.", k);
+      if (v.empty() || *end != '\0' || s < 0) return answer_bad_request(ex, "'" + k + "' must be unix seconds.", k);
       (k == "from" ? q.from_minute : q.to_minute) = s / 60;
     } else {
-      return bad(ex, "Unknown parameter '" + k + "'.", k);
+      return answer_bad_request(ex, "Unknown parameter '" + k + "'.", k);
     }
   }
   actors::ask<std::vector<config::usage_row>>(

@@ -343,8 +343,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
     if (sse.empty()) return;
     if (!chunked_) return append(sse);
     char head[20];
-    const int n = std::snprintf(head, sizeof head, "%zx\r\n", sse.size());
-    append({std::string_view(head, static_cast<std::size_t>(n)), sse, std::string_view("\r\n")});
+    append({http_chunk_head(sse.size(), head), sse, std::string_view("\r\n")});
   }
 
   void finish(int status) {

@@ -17,11 +17,15 @@ void append_sse_event(std::string& out, std::string_view payload) {
   out += '\n';
 }
 
+std::string_view http_chunk_head(std::size_t size, char (&buf)[20]) {
+  const int n = std::snprintf(buf, sizeof buf, "%zx\r\n", size);
+  return {buf, static_cast<std::size_t>(n)};
+}
+
 void append_http_chunk(std::string& out, std::string_view bytes) {
   if (bytes.empty()) return;
-  char size[20];
-  const int n = std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
-  out.append(size, static_cast<std::size_t>(n));
+  char head[20];
+  out += http_chunk_head(bytes.size(), head);
   out += bytes;
   out += "\r\n";
 }
