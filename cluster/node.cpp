@@ -1,5 +1,6 @@
 #include "cluster/node.hpp"
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -234,7 +235,11 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // The front answers while the pools load (/healthz: loading; chat: 503 with Retry-After);
   // the banner comes once they serve.
   std::vector<std::thread> io_threads;
-  for (int i = 0; i < cfg->server.io_threads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
+  for (int i = 0; i < cfg->server.io_threads; ++i)
+    io_threads.emplace_back([&ioc] {
+      pthread_setname_np(pthread_self(), "kiln.io");  // the front's own CPU shows per thread in /proc
+      ioc.run();
+    });
   if (wait_until_ready(sys, node, *cfg, stopping)) {
     server.set_ready();
     print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,

@@ -96,6 +96,8 @@ class connection_impl final : public connection, public std::enable_shared_from_
         deadline_timer_(stream_.get_executor()) {}
 
   void start() override {
+    beast::error_code ignored;
+    stream_.socket().non_blocking(true, ignored);  // flush() sends directly and must never block
     ++front_.deps.metrics->open_connections;
     host_->add(shared_from_this());
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
@@ -360,9 +362,21 @@ class connection_impl final : public connection, public std::enable_shared_from_
       if (response_done_) complete_request();
       return;
     }
+    // Almost every write fits in the socket's send buffer: send it now, without an
+    // asynchronous operation, a completion handler or the slow-reader timer. Only what the
+    // kernel does not take waits for the socket (with the timer running).
+    beast::error_code ec;
+    const std::size_t sent = stream_.socket().send(asio::buffer(outbox_), 0, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return abort_request();
+    if (!ec && sent == outbox_.size()) {
+      outbox_.clear();
+      if (response_done_) complete_request();
+      return;
+    }
     writing_ = true;
     inflight_.swap(outbox_);
     outbox_.clear();
+    if (!ec) inflight_.erase(0, sent);
     write_timer_.expires_after(std::chrono::milliseconds(limits_.write_timeout_ms));
     write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec && self->writing_) self->abort_request();  // the client takes nothing: a slow reader

@@ -77,7 +77,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
   }
 
   void accept() {
-    acceptor_.async_accept(boost::asio::make_strand(ioc_), [self = shared_from_this()](boost::system::error_code ec,
+    acceptor_.async_accept(connection_executor(), [self = shared_from_this()](boost::system::error_code ec,
                                                                                         boost::asio::ip::tcp::socket socket) {
       if (!self->acceptor_.is_open() || ec == boost::asio::error::operation_aborted) return;
       if (!ec) {
@@ -94,6 +94,13 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
         if (!ec) self->accept();
       });
     });
+  }
+
+  // One I/O thread runs every handler in turn, so a connection needs no strand of its own
+  // (a strand costs a lock and a queue hop per operation); several threads need one each.
+  boost::asio::any_io_executor connection_executor() {
+    if (front_.deps.cfg->server.io_threads == 1) return ioc_.get_executor();
+    return boost::asio::make_strand(ioc_);
   }
 
   void drain(std::function<void()> on_drained) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -53,10 +54,12 @@ struct stats {
 
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
-double cpu_seconds(int pid) {
-  if (pid <= 0) return 0;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+// utime + stime of a /proc stat file (a process's or one thread's), and its name.
+double stat_cpu_seconds(const std::string& path, std::string* name = nullptr) {
+  std::ifstream f(path);
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto open = s.find('(');
+  if (name && open != std::string::npos) *name = s.substr(open + 1, s.rfind(')') - open - 1);
   const auto close = s.rfind(')');
   if (close == std::string::npos) return 0;
   std::istringstream rest(s.substr(close + 2));
@@ -67,6 +70,21 @@ double cpu_seconds(int pid) {
     if (i == 15) stime = std::stoull(field);
   }
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double cpu_seconds(int pid) { return pid <= 0 ? 0 : stat_cpu_seconds("/proc/" + std::to_string(pid) + "/stat"); }
+
+// CPU seconds of the process's living threads, summed by thread name (kiln.io: the front).
+std::map<std::string, double> cpu_by_thread_name(int pid) {
+  std::map<std::string, double> out;
+  if (pid <= 0) return out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name;
+    const double s = stat_cpu_seconds((task.path() / "stat").string(), &name);
+    out[name] += s;
+  }
+  return out;
 }
 
 // Context switches (voluntary and not) of every thread of the process, from /proc.
@@ -247,6 +265,7 @@ int main(int argc, char** argv) {
   st.end_of_run = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opt.duration_s));
   const double cpu0 = cpu_seconds(opt.pid);
   const switches sw0 = context_switches(opt.pid);
+  auto threads0 = cpu_by_thread_name(opt.pid);
   std::vector<std::shared_ptr<slot>> slots;
   std::vector<std::unique_ptr<asio::steady_timer>> timers;
   for (int i = 0; i < opt.streams; ++i) {
@@ -263,6 +282,7 @@ int main(int argc, char** argv) {
   const double wall = seconds(clock_type::now() - t0);
   const double cpu = cpu_seconds(opt.pid) - cpu0;
   const switches sw1 = context_switches(opt.pid);
+  const auto threads1 = cpu_by_thread_name(opt.pid);
 
   std::vector<double> ttft, overhead, rate;
   long long tokens = 0;
@@ -286,5 +306,11 @@ int main(int argc, char** argv) {
     std::printf("kiln_context_switches_per_1000_tokens voluntary %.1f involuntary %.1f\n",
                 static_cast<double>(sw1.voluntary - sw0.voluntary) * 1000 / static_cast<double>(tokens),
                 static_cast<double>(sw1.involuntary - sw0.involuntary) * 1000 / static_cast<double>(tokens));
+  if (opt.pid > 0 && tokens > 0) {
+    std::printf("cpu_s_per_million_tokens_by_thread");
+    for (auto& [name, s] : threads1)
+      std::printf(" %s %.2f", name.c_str(), (s - threads0[name]) / (static_cast<double>(tokens) / 1e6));
+    std::printf("\n");
+  }
   return st.done.empty() ? 1 : 0;
 }
