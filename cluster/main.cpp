@@ -7,6 +7,7 @@
 
 #include "cluster/chaos_cli.hpp"
 #include "cluster/ops_cli.hpp"
+#include "cluster/tokenize_cli.hpp"
 #include "cluster/node.hpp"
 #include "config/config.hpp"
 #include "engine/model_dir.hpp"
@@ -40,6 +41,10 @@ constexpr std::string_view kUsage =
     "                                          the sizing model: KV bytes, step time, knee, batch at\n"
     "                                          the SLO, prefill, fleet and cost (seed 001's assumptions\n"
     "                                          unless a file or flag changes them)\n"
+    "  kiln tokenize --model-dir DIR (--chat FILE | --text TEXT | --corpus FILE) [--template FILE] [--json]\n"
+    "                                          a model's chat template and tokenizer: the rendered\n"
+    "                                          prompt and its token ids (a chat file: messages, or\n"
+    "                                          an object with messages, tools, ...)\n"
     "  kiln help\n";
 
 int usage_error(const std::string& msg) {
@@ -110,6 +115,11 @@ int main(int argc, char** argv) {
   }
   if (v[0] == "chaos") {
     const int rc = kiln::cluster::run_chaos({v.begin() + 1, v.end()}, std::cout, std::cerr);
+    if (rc == 2) std::cerr << kUsage;
+    return rc;
+  }
+  if (v[0] == "tokenize") {
+    const int rc = kiln::cluster::run_tokenize({v.begin() + 1, v.end()}, std::cout, std::cerr);
     if (rc == 2) std::cerr << kUsage;
     return rc;
   }

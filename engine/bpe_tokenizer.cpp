@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/unicode_text.hpp"
+
 namespace kiln::engine {
 
 namespace {
@@ -229,7 +231,9 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
       t->vocab_[content] = a["id"].get<token_id>();
     }
   }
-  std::sort(t->added_.begin(), t->added_.end(), [](const added& a, const added& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(t->added_.begin(), t->added_.end(), [](const added& a, const added& b) { return a.content.size() > b.content.size(); });
+  for (std::size_t k = 0; k < t->added_.size(); ++k)
+    t->added_by_byte_[static_cast<unsigned char>(t->added_[k].content[0])].push_back(static_cast<std::uint32_t>(k));
 
   // Byte-level or Metaspace, read from the pre-tokenizer (and a Llama 2 style normalizer).
   std::string pattern;
@@ -241,6 +245,31 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
     else
       pre.push_back(p);
   }
+  // The normalizer: a Unicode normal form and/or Llama 2's Prepend("▁") + Replace(" ", "▁").
+  bool prepend = false, replace_space = false;
+  std::vector<json> norms;
+  if (j.contains("normalizer") && j["normalizer"].is_object()) {
+    const json& n = j["normalizer"];
+    if (n.value("type", std::string()) == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array())
+      for (const auto& x : n["normalizers"]) norms.push_back(x);
+    else
+      norms.push_back(n);
+  }
+  for (const json& n : norms) {
+    const std::string type = n.is_object() ? n.value("type", std::string()) : std::string();
+    if (auto f = normal_form_named(type); f != normal_form::none) {
+      t->normal_form_ = f;
+    } else if (type == "Prepend") {
+      prepend = true;
+    } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() && n["pattern"].contains("String") &&
+               n["pattern"]["String"] == " ") {
+      replace_space = true;
+      if (n.contains("content") && n["content"].is_string()) t->metaspace_ = n["content"].get<std::string>();
+    } else {
+      return "normalizer type '" + (type.empty() ? n.dump() : type) + "' is not supported";
+    }
+  }
+
   bool saw_byte_level = false, saw_metaspace = false;
   for (const json& p : pre) {
     const std::string type = p.value("type", std::string());
@@ -250,7 +279,14 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
       if (p.value("use_regex", true) && pattern.empty()) pattern = kGpt2Pattern;
     } else if (type == "Split") {
       if (p.contains("pattern") && p["pattern"].contains("Regex")) pattern = p["pattern"]["Regex"].get<std::string>();
-      else if (p.contains("pattern") && p["pattern"].contains("String")) return std::string("Split by a plain string is not supported");
+      else if (p.contains("pattern") && p["pattern"].contains("String") && p["pattern"]["String"].is_string()) {
+        t->literal_split_ = p["pattern"]["String"].get<std::string>();
+        t->split_behavior_ = p.value("behavior", std::string("Isolated"));
+        if (t->split_behavior_ != "Isolated" && t->split_behavior_ != "Removed" &&
+            t->split_behavior_ != "MergedWithPrevious" && t->split_behavior_ != "MergedWithNext")
+          return "Split behavior '" + t->split_behavior_ + "' is not supported";
+        if (p.value("invert", false)) return std::string("an inverted Split is not supported");
+      }
     } else if (type == "Metaspace") {
       saw_metaspace = true;
       t->metaspace_ = p.value("replacement", t->metaspace_);
@@ -261,13 +297,12 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
     }
   }
   if (!saw_byte_level && !saw_metaspace) {
-    // Llama 2 style: normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer.
-    const std::string dumped = j.value("normalizer", json()).dump();
-    if (dumped.find("Prepend") == std::string::npos && dumped.find("Replace") == std::string::npos && !t->byte_fallback_)
+    // Llama 2 / Gemma style: spaces become "▁" in the normalizer (Llama 2 also prepends one).
+    if (!prepend && !replace_space && !t->byte_fallback_)
       return std::string("neither a ByteLevel nor a Metaspace tokenizer");
     saw_metaspace = true;
     // Normalizers run on every piece of text between added tokens, so each gets the prefix.
-    t->prepend_scheme_ = dumped.find("Prepend") != std::string::npos ? "always" : "never";
+    t->prepend_scheme_ = prepend ? "always" : "never";
     t->metaspace_split_ = false;
   }
   t->byte_level_ = saw_byte_level;
@@ -321,28 +356,65 @@ void bpe_tokenizer::encode_piece(const std::string& piece, std::vector<token_id>
 
 void bpe_tokenizer::encode_plain(std::string_view raw, bool first, std::vector<token_id>& out) const {
   if (raw.empty()) return;
-  const std::string text = valid_utf8(raw);
+  const std::string text = normalize(valid_utf8(raw), normal_form_);
+  if (text.empty()) return;
   if (byte_level_) {
     const std::string input = add_prefix_space_ && first && text.front() != ' ' ? " " + text : text;
-    const std::vector<std::string> pieces = regex_ ? split(static_cast<pcre2_code*>(regex_), input) : std::vector<std::string>{input};
-    for (const std::string& p : pieces) {
-      std::string mapped;
-      for (unsigned char b : p) mapped += byte_table()[b];
-      encode_piece(mapped, out);
+    for (const std::string& part : split_literal(input)) {
+      const std::vector<std::string> pieces = regex_ ? split(static_cast<pcre2_code*>(regex_), part) : std::vector<std::string>{part};
+      for (const std::string& p : pieces) {
+        std::string mapped;
+        for (unsigned char b : p) mapped += byte_table()[b];
+        encode_piece(mapped, out);
+      }
     }
     return;
   }
   std::string norm;
   if (prepend_scheme_ == "always" || (prepend_scheme_ == "first" && first)) norm = metaspace_;
   for (char c : text) norm += c == ' ' ? metaspace_ : std::string(1, c);
-  if (!metaspace_split_) return encode_piece(norm, out);
-  std::size_t start = 0;
-  while (start < norm.size()) {
-    std::size_t next = norm.find(metaspace_, start + metaspace_.size());
-    if (next == std::string::npos) next = norm.size();
-    encode_piece(norm.substr(start, next - start), out);
-    start = next;
+  for (const std::string& part : split_literal(norm)) {
+    if (!metaspace_split_) {
+      encode_piece(part, out);
+      continue;
+    }
+    std::size_t start = 0;
+    while (start < part.size()) {
+      std::size_t next = part.find(metaspace_, start + metaspace_.size());
+      if (next == std::string::npos) next = part.size();
+      encode_piece(part.substr(start, next - start), out);
+      start = next;
+    }
   }
+}
+
+// A Split pre-tokenizer by a plain string, with its behavior for the matches.
+std::vector<std::string> bpe_tokenizer::split_literal(const std::string& text) const {
+  if (literal_split_.empty()) return {text};
+  std::vector<std::string> out;
+  std::string pending;  // MergedWithNext: the match waiting for what follows
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = text.find(literal_split_, start);
+    std::string gap = text.substr(start, at == std::string::npos ? std::string::npos : at - start);
+    if (at == std::string::npos) {
+      if (!pending.empty() || !gap.empty()) out.push_back(pending + gap);
+      break;
+    }
+    if (split_behavior_ == "Isolated") {
+      if (!gap.empty()) out.push_back(gap);
+      out.push_back(literal_split_);
+    } else if (split_behavior_ == "Removed") {
+      if (!gap.empty()) out.push_back(gap);
+    } else if (split_behavior_ == "MergedWithPrevious") {
+      out.push_back(gap + literal_split_);
+    } else {  // MergedWithNext
+      if (!pending.empty() || !gap.empty()) out.push_back(pending + gap);
+      pending = literal_split_;
+    }
+    start = at + literal_split_.size();
+  }
+  return out;
 }
 
 std::vector<token_id> bpe_tokenizer::encode(std::string_view text) const {
@@ -351,9 +423,9 @@ std::vector<token_id> bpe_tokenizer::encode(std::string_view text) const {
   bool first = true;
   for (std::size_t i = 0; i < text.size();) {
     const added* hit = nullptr;
-    for (const added& a : added_)
-      if (text.compare(i, a.content.size(), a.content) == 0) {
-        hit = &a;
+    for (const std::uint32_t k : added_by_byte_[static_cast<unsigned char>(text[i])])
+      if (text.compare(i, added_[k].content.size(), added_[k].content) == 0) {
+        hit = &added_[k];
         break;
       }
     if (!hit) {

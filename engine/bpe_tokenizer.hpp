@@ -4,6 +4,8 @@
 // rank) and Metaspace with byte fallback (Llama 2, Mistral: spaces become U+2581, unknown
 // characters become <0xXX> byte tokens). Added and special tokens are matched in the text
 // before the model sees it.
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "engine/tokenizer.hpp"
+#include "engine/unicode_text.hpp"
 
 namespace kiln::engine {
 
@@ -40,6 +43,7 @@ class bpe_tokenizer final : public tokenizer {
   bpe_tokenizer() = default;
   void encode_piece(const std::string& piece, std::vector<token_id>& out) const;
   void encode_plain(std::string_view text, bool first, std::vector<token_id>& out) const;
+  std::vector<std::string> split_literal(const std::string& text) const;
 
   bool byte_level_ = true;
   bool byte_fallback_ = false;
@@ -48,6 +52,9 @@ class bpe_tokenizer final : public tokenizer {
   std::string metaspace_ = "\xe2\x96\x81";  // U+2581
   std::string prepend_scheme_ = "always";
   bool metaspace_split_ = false;
+  normal_form normal_form_ = normal_form::none;  ///< the normalizer's NFC / NFD / NFKC / NFKD
+  std::string literal_split_;                   ///< a Split pre-tokenizer by a plain string
+  std::string split_behavior_ = "Isolated";
   std::optional<token_id> unk_;
   token_id eos_ = -1;
   std::unordered_map<std::string, token_id> vocab_;
@@ -59,6 +66,7 @@ class bpe_tokenizer final : public tokenizer {
     bool special;
   };
   std::vector<added> added_;  ///< longest first
+  std::array<std::vector<std::uint32_t>, 256> added_by_byte_;  ///< indexes into added_ by first byte
   std::vector<bool> special_;
   void* regex_ = nullptr;     ///< pcre2_code*, the pre-tokenizer split pattern
 };

@@ -17,7 +17,8 @@ std::variant<chat_template, std::string> chat_template::make(std::string_view te
   return t;
 }
 
-std::variant<chat_template, std::string> chat_template::from_tokenizer_config(const std::string& path) {
+std::variant<chat_template, std::string> chat_template::from_tokenizer_config(const std::string& path,
+                                                                             std::string_view template_text) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return path + ": cannot open";
   std::ostringstream s;
@@ -31,8 +32,9 @@ std::variant<chat_template, std::string> chat_template::from_tokenizer_config(co
     if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
     return {};
   };
-  std::string text;
-  if (j.contains("chat_template") && j["chat_template"].is_string()) {
+  std::string text(template_text);
+  if (!text.empty()) {
+  } else if (j.contains("chat_template") && j["chat_template"].is_string()) {
     text = j["chat_template"].get<std::string>();
   } else if (j.contains("chat_template") && j["chat_template"].is_array()) {
     for (const auto& t : j["chat_template"])
@@ -45,6 +47,47 @@ std::variant<chat_template, std::string> chat_template::from_tokenizer_config(co
   return t;
 }
 
+namespace {
+
+jinja::value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return jinja::value::none();
+    case nlohmann::ordered_json::value_t::boolean: return jinja::value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return jinja::value(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return jinja::value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return jinja::value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      jinja::list l;
+      for (const auto& x : j) l.push_back(from_json(x));
+      return jinja::value(std::move(l));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      jinja::dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d[it.key()] = from_json(it.value());
+      return jinja::value(std::move(d));
+    }
+    default: return {};
+  }
+}
+
+std::variant<std::string, std::string> rendered(std::variant<std::string, jinja::template_error> out) {
+  if (auto* e = std::get_if<jinja::template_error>(&out))
+    return std::variant<std::string, std::string>(std::in_place_index<1>, e->message);
+  return std::variant<std::string, std::string>(std::in_place_index<0>, std::move(std::get<std::string>(out)));
+}
+
+}  // namespace
+
+std::variant<std::string, std::string> chat_template::render_json(const nlohmann::ordered_json& conversation,
+                                                                  std::time_t now) const {
+  jinja::dict ctx{{"bos_token", jinja::value(bos_)}, {"eos_token", jinja::value(eos_)},
+                  {"add_generation_prompt", jinja::value(true)}};
+  if (conversation.is_object())
+    for (auto it = conversation.begin(); it != conversation.end(); ++it) ctx[it.key()] = from_json(it.value());
+  return rendered(program_.render(ctx, now));
+}
+
 std::variant<std::string, std::string> chat_template::render(const std::vector<chat_message>& messages,
                                                              bool add_generation_prompt) const {
   jinja::list msgs;
@@ -53,9 +96,7 @@ std::variant<std::string, std::string> chat_template::render(const std::vector<c
                         {"bos_token", jinja::value(bos_)},
                         {"eos_token", jinja::value(eos_)},
                         {"add_generation_prompt", jinja::value(add_generation_prompt)}};
-  auto out = program_.render(ctx);
-  if (auto* e = std::get_if<jinja::template_error>(&out)) return std::variant<std::string, std::string>(std::in_place_index<1>, e->message);
-  return std::variant<std::string, std::string>(std::in_place_index<0>, std::get<std::string>(out));
+  return rendered(program_.render(ctx));
 }
 
 }  // namespace kiln::engine

@@ -1,11 +1,14 @@
 // Rendering: expressions, filters, tests, methods and statements over scoped variables.
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <stdexcept>
 
 #include "engine/jinja/jinja.hpp"
+#include "engine/unicode_text.hpp"
 
 namespace kiln::engine::jinja {
 
@@ -27,41 +30,79 @@ std::string repr(const value& v) {
   return v.str();
 }
 
-std::string json_of(const value& v) {
+// Python's json.dumps(v, ensure_ascii=False, indent=indent) as transformers' tojson calls it:
+// ", " and ": " between items without an indent; a newline and `indent` spaces per level with.
+void json_into(std::string& out, const value& v, int indent, int level) {
+  auto newline = [&](int lvl) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<std::size_t>(indent * lvl), ' ');
+  };
   switch (v.k) {
     case value::kind::undefined:
-    case value::kind::none: return "null";
-    case value::kind::boolean: return v.b ? "true" : "false";
-    case value::kind::integer: return std::to_string(v.i);
-    case value::kind::number: return v.str();
+    case value::kind::none: out += "null"; return;
+    case value::kind::boolean: out += v.b ? "true" : "false"; return;
+    case value::kind::integer: out += std::to_string(v.i); return;
+    case value::kind::number: out += v.str(); return;
     case value::kind::string: {
-      std::string out = "\"";
+      out += '"';
       for (unsigned char c : v.s) {
-        if (c == '"' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-        else if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c == '\r') out += "\\r";
-        else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); out += b; }
-        else out += static_cast<char>(c);
+        switch (c) {
+          case '"': out += "\\\""; break;
+          case '\\': out += "\\\\"; break;
+          case '\n': out += "\\n"; break;
+          case '\r': out += "\\r"; break;
+          case '\t': out += "\\t"; break;
+          case '\b': out += "\\b"; break;
+          case '\f': out += "\\f"; break;
+          default:
+            if (c < 0x20) {
+              char b[8];
+              std::snprintf(b, sizeof b, "\\u%04x", c);
+              out += b;
+            } else {
+              out += static_cast<char>(c);
+            }
+        }
       }
-      return out + "\"";
+      out += '"';
+      return;
     }
     case value::kind::list: {
-      std::string out = "[";
-      for (std::size_t i = 0; i < v.l->size(); ++i) out += (i ? ", " : "") + json_of((*v.l)[i]);
-      return out + "]";
+      if (v.l->empty()) { out += "[]"; return; }
+      out += '[';
+      for (std::size_t i = 0; i < v.l->size(); ++i) {
+        if (i) out += indent < 0 ? ", " : ",";
+        newline(level + 1);
+        json_into(out, (*v.l)[i], indent, level + 1);
+      }
+      newline(level);
+      out += ']';
+      return;
     }
     case value::kind::dict: {
-      std::string out = "{";
+      if (v.m->empty()) { out += "{}"; return; }
+      out += '{';
       bool first = true;
       for (const auto& [k, x] : *v.m) {
-        out += (first ? "" : ", ") + json_of(value(k)) + ": " + json_of(x);
+        if (!first) out += indent < 0 ? ", " : ",";
         first = false;
+        newline(level + 1);
+        json_into(out, value(k), indent, level + 1);
+        out += ": ";
+        json_into(out, x, indent, level + 1);
       }
-      return out + "}";
+      newline(level);
+      out += '}';
+      return;
     }
   }
-  return "null";
+}
+
+std::string json_of(const value& v, int indent = -1) {
+  std::string out;
+  json_into(out, v, indent, 0);
+  return out;
 }
 
 std::string strip(const std::string& s, bool left, bool right, const std::string& chars = " \t\n\r\f\v") {
@@ -78,9 +119,18 @@ double num(const value& v) {
   throw render_error("expected a number, got " + repr(v));
 }
 
+// Byte offsets where each UTF-8 character starts, and the end.
+std::vector<std::size_t> char_starts(const std::string& s) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) out.push_back(i);
+  out.push_back(s.size());
+  return out;
+}
+
 std::int64_t length(const value& v) {
   switch (v.k) {
-    case value::kind::string: return static_cast<std::int64_t>(v.s.size());
+    case value::kind::string: return static_cast<std::int64_t>(char_starts(v.s).size()) - 1;
     case value::kind::list: return static_cast<std::int64_t>(v.l->size());
     case value::kind::dict: return static_cast<std::int64_t>(v.m->size());
     default: throw render_error("object of this type has no length: " + repr(v));
@@ -108,7 +158,7 @@ bool contains(const value& hay, const value& needle) {
 
 class renderer {
  public:
-  explicit renderer(const dict& globals) { scopes_.push_back(globals); }
+  renderer(const dict& globals, std::time_t now) : now_(now) { scopes_.push_back(globals); }
 
   void run(const body& b) {
     for (const auto& n : b) exec(*n);
@@ -209,7 +259,9 @@ class renderer {
         return {};
       }
       case expr::op::index: return index(eval(*e.args[0]), eval(*e.args[1]));
-      case expr::op::slice: return slice(eval(*e.args[0]), e.args[1] ? eval(*e.args[1]) : value(), e.args[2] ? eval(*e.args[2]) : value());
+      case expr::op::slice:
+        return slice(eval(*e.args[0]), e.args[1] ? eval(*e.args[1]) : value(), e.args[2] ? eval(*e.args[2]) : value(),
+                     e.args[3] ? eval(*e.args[3]) : value());
       case expr::op::call: return call(e);
       case expr::op::filter: return filter(e);
       case expr::op::test: return value(test(e) != e.negate);
@@ -243,22 +295,36 @@ class renderer {
       const std::int64_t n = length(obj);
       const std::int64_t i = key.i < 0 ? key.i + n : key.i;
       if (i < 0 || i >= n) return {};
-      return obj.k == value::kind::list ? (*obj.l)[static_cast<std::size_t>(i)] : value(std::string(1, obj.s[static_cast<std::size_t>(i)]));
+      if (obj.k == value::kind::list) return (*obj.l)[static_cast<std::size_t>(i)];
+      const auto cuts = char_starts(obj.s);
+      return value(obj.s.substr(cuts[static_cast<std::size_t>(i)], cuts[static_cast<std::size_t>(i) + 1] - cuts[static_cast<std::size_t>(i)]));
     }
     return {};
   }
 
-  value slice(const value& obj, const value& lo, const value& hi) {
-    const std::int64_t n = length(obj);
-    auto clamp = [&](const value& v, std::int64_t dflt) {
-      if (!v.defined() || v.k == value::kind::none) return dflt;
+  // Python's obj[lo:hi:step] on a list or a string (by characters, not bytes).
+  value slice(const value& obj, const value& lo, const value& hi, const value& step_v) {
+    const auto given = [](const value& v) { return v.defined() && v.k != value::kind::none; };
+    const std::int64_t step = given(step_v) ? static_cast<std::int64_t>(num(step_v)) : 1;
+    if (step == 0) throw render_error("slice step cannot be zero");
+    const std::vector<std::size_t> cuts = obj.k == value::kind::string ? char_starts(obj.s) : std::vector<std::size_t>{};
+    const std::int64_t n = obj.k == value::kind::string ? static_cast<std::int64_t>(cuts.size()) - 1 : length(obj);
+    // Python's PySlice_AdjustIndices: negative from the end, then clamped by the step's sign.
+    auto bound = [&](const value& v, std::int64_t dflt) {
+      if (!given(v)) return dflt;
       std::int64_t x = static_cast<std::int64_t>(num(v));
       if (x < 0) x += n;
-      return std::clamp<std::int64_t>(x, 0, n);
+      return step > 0 ? std::clamp<std::int64_t>(x, 0, n) : std::clamp<std::int64_t>(x, -1, n - 1);
     };
-    const std::int64_t b = clamp(lo, 0), end = std::max(b, clamp(hi, n));
-    if (obj.k == value::kind::string) return value(obj.s.substr(static_cast<std::size_t>(b), static_cast<std::size_t>(end - b)));
-    return value(list(obj.l->begin() + b, obj.l->begin() + end));
+    const std::int64_t b = bound(lo, step > 0 ? 0 : n - 1), end = bound(hi, step > 0 ? n : -1);
+    list items;
+    std::string text;
+    for (std::int64_t i = b; step > 0 ? i < end : i > end; i += step) {
+      if (obj.k == value::kind::string) text += obj.s.substr(cuts[static_cast<std::size_t>(i)], cuts[static_cast<std::size_t>(i) + 1] - cuts[static_cast<std::size_t>(i)]);
+      else items.push_back((*obj.l)[static_cast<std::size_t>(i)]);
+    }
+    if (obj.k == value::kind::string) return value(std::move(text));
+    return value(std::move(items));
   }
 
   value binary(const expr& e) {
@@ -329,6 +395,13 @@ class renderer {
     const std::vector<value> a = args_of(e, 1);
     if (callee.kind == expr::op::name) {
       if (callee.name == "raise_exception") throw render_error(a.empty() ? "raise_exception" : a[0].str());
+      if (callee.name == "strftime_now") {
+        std::tm tm{};
+        gmtime_r(&now_, &tm);
+        char buf[256];
+        const std::size_t n = a.empty() ? 0 : std::strftime(buf, sizeof buf, a[0].str().c_str(), &tm);
+        return value(std::string(buf, n));
+      }
       if (callee.name == "namespace") {
         dict d;
         for (const auto& [k, v] : e.kwargs) d[k] = eval(*v);
@@ -352,15 +425,13 @@ class renderer {
     const std::string& m = callee.name;
     if (obj.k == value::kind::string) {
       const std::string& s = obj.s;
-      const std::string chars = a.empty() ? std::string(" \t\n\r\f\v") : a[0].str();
-      if (m == "strip") return value(strip(s, true, true, chars));
-      if (m == "lstrip") return value(strip(s, true, false, chars));
-      if (m == "rstrip") return value(strip(s, false, true, chars));
-      if (m == "upper" || m == "lower") {
-        std::string r = s;
-        for (auto& c : r) c = static_cast<char>(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-        return value(r);
+      // Python's strip family: Unicode whitespace by default, else any of the given characters.
+      const bool ws = a.empty() || a[0].k == value::kind::none;
+      if (m == "strip" || m == "lstrip" || m == "rstrip") {
+        const bool left = m != "rstrip", right = m != "lstrip";
+        return value(ws ? strip_python_space(s, left, right) : strip(s, left, right, a[0].str()));
       }
+      if (m == "upper" || m == "lower") return value(python_case(s, m == "upper"));
       if (m == "startswith") return value(!a.empty() && s.rfind(a[0].str(), 0) == 0);
       if (m == "endswith") return value(!a.empty() && s.size() >= a[0].str().size() && s.compare(s.size() - a[0].str().size(), std::string::npos, a[0].str()) == 0);
       if (m == "replace" && a.size() >= 2) return value(replace_all(s, a[0].str(), a[1].str()));
@@ -410,13 +481,9 @@ class renderer {
     const value v = eval(*e.args[0]);
     const std::vector<value> a = args_of(e, 1);
     const std::string& f = e.name;
-    if (f == "trim") return value(strip(v.str(), true, true));
+    if (f == "trim") return value(a.empty() ? strip_python_space(v.str(), true, true) : strip(v.str(), true, true, a[0].str()));
     if (f == "length" || f == "count") return value(length(v));
-    if (f == "lower" || f == "upper") {
-      std::string r = v.str();
-      for (auto& c : r) c = static_cast<char>(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-      return value(r);
-    }
+    if (f == "lower" || f == "upper") return value(python_case(v.str(), f == "upper"));
     if (f == "capitalize" || f == "title") {
       std::string r = v.str();
       bool start = true;
@@ -444,7 +511,15 @@ class renderer {
     }
     if (f == "string") return value(v.str());
     if (f == "int") return value(static_cast<std::int64_t>(v.k == value::kind::string ? std::atoll(v.s.c_str()) : num(v)));
-    if (f == "tojson") return value(json_of(v));
+    if (f == "tojson") {
+      int indent = a.empty() || a[0].k == value::kind::none ? -1 : static_cast<int>(num(a[0]));
+      for (const auto& [k, x] : e.kwargs)
+        if (k == "indent") {
+          const value iv = eval(*x);
+          indent = iv.k == value::kind::none ? -1 : static_cast<int>(num(iv));
+        }
+      return value(json_of(v, indent));
+    }
     if (f == "list") return value(items_of(v));
     if (f == "reverse") {
       if (v.k == value::kind::string) return value(std::string(v.s.rbegin(), v.s.rend()));
@@ -485,6 +560,7 @@ class renderer {
 
   std::vector<dict> scopes_;
   std::size_t steps_ = 0;
+  std::time_t now_;
 };
 
 }  // namespace
@@ -509,11 +585,13 @@ std::string value::str() const {
     case kind::none: return "None";
     case kind::boolean: return b ? "True" : "False";
     case kind::integer: return std::to_string(i);
-    case kind::number: {
+    case kind::number: {  // Python's repr: the shortest text that reads back the same
+      if (std::isnan(d)) return "nan";
+      if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", d);
-      std::string s = buf;
-      if (s.find_first_of(".en") == std::string::npos) s += ".0";
+      const auto r = std::to_chars(buf, buf + sizeof buf, d);
+      std::string s(buf, r.ptr);
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
       return s;
     }
     case kind::string: return s;
@@ -548,9 +626,9 @@ bool operator==(const value& a, const value& b) {
   }
 }
 
-std::variant<std::string, template_error> program::render(const dict& context) const {
+std::variant<std::string, template_error> program::render(const dict& context, std::time_t now) const {
   try {
-    renderer r(context);
+    renderer r(context, now);
     r.run(root_);
     return std::move(r.out);
   } catch (const render_error& e) {

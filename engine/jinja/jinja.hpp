@@ -3,6 +3,7 @@
 // files (Llama 3, Qwen2 / ChatML, Mistral): {{ }}, {% if/elif/else %}, {% for %} with loop.*,
 // {% set %} (and namespace attributes), filters and tests these templates use, string
 // methods, raise_exception, whitespace control, trim_blocks and lstrip_blocks as HF sets them.
+#include <ctime>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,8 +22,9 @@ class program {
  public:
   /// Parses a template; a syntax error names its line.
   static std::variant<program, template_error> parse(std::string_view text);
-  /// Renders with `context` as the global variables.
-  std::variant<std::string, template_error> render(const dict& context) const;
+  /// Renders with `context` as the global variables; strftime_now(format) formats `now`
+  /// (seconds since the epoch, UTC).
+  std::variant<std::string, template_error> render(const dict& context, std::time_t now = 0) const;
 
  private:
   body root_;

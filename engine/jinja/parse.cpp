@@ -114,10 +114,20 @@ std::vector<token> lex(const std::string& s, int line) {
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t j = i;
       while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
-      const bool frac = j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
+      bool frac = j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
       if (frac) {
         ++j;
         while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      }
+      // An exponent (1e20, 2.5e-7) makes it a float, as in Python.
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+        std::size_t k = j + 1;
+        if (k < s.size() && (s[k] == '+' || s[k] == '-')) ++k;
+        if (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) {
+          while (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) ++k;
+          j = k;
+          frac = true;
+        }
       }
       token tk{frac ? token::kind::number : token::kind::integer, s.substr(i, j - i)};
       try {
@@ -297,13 +307,16 @@ class expr_parser {
         e = make(expr::op::attr, name(), {e});
       } else if (is_op("[")) {
         ++p_;
-        expr_ptr lo, hi;
+        expr_ptr lo, hi, step;
         if (!is_op(":")) lo = expression();
         if (is_op(":")) {
           ++p_;
-          if (!is_op("]")) hi = expression();
-          auto s = make(expr::op::slice, "", {e, lo, hi});
-          e = s;
+          if (!is_op("]") && !is_op(":")) hi = expression();
+          if (is_op(":")) {
+            ++p_;
+            if (!is_op("]")) step = expression();
+          }
+          e = make(expr::op::slice, "", {e, lo, hi, step});
         } else {
           e = make(expr::op::index, "", {e, lo});
         }

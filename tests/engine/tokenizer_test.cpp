@@ -7,6 +7,7 @@
 
 #include "engine/bpe_tokenizer.hpp"
 #include "engine/engine_core.hpp"
+#include "engine/unicode_text.hpp"
 
 using namespace kiln::engine;
 using nlohmann::json;
@@ -117,6 +118,47 @@ TEST_CASE("a trained byte-level BPE round-trips any text, unicode included") {
   }
   CHECK(t->encode("<|im_end|>").size() == 1);
   CHECK(t->is_special(t->encode("<|im_end|>")[0]));
+}
+
+TEST_CASE("normalizers: NFC composes before the model sees the text; NFKC folds compatibility forms") {
+  // Vocabulary: the bytes, plus "é" (precomposed, two bytes) as one token.
+  json v = byte_vocab();
+  const std::string e_acute = byte_to_unicode(0xC3) + byte_to_unicode(0xA9);
+  v[e_acute] = 256;
+  json j = byte_level_json(v, json::array({byte_to_unicode(0xC3) + " " + byte_to_unicode(0xA9)}), kGpt2Pre);
+  const std::string decomposed = "e\xcc\x81";  // e + U+0301
+  CHECK(make(j)->encode(decomposed) == std::vector<token_id>{'e', 0xCC, 0x81});  // no normalizer: as written
+  j["normalizer"] = {{"type", "NFC"}};
+  CHECK(make(j)->encode(decomposed) == std::vector<token_id>{256});
+  CHECK(make(j)->encode("\xc3\xa9") == std::vector<token_id>{256});
+  // Added tokens are matched on the raw text; what lies between them is normalized.
+  CHECK(make(j)->encode(decomposed + "<|im_end|>" + decomposed) == std::vector<token_id>{256, 1001, 256});
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFKC"}}})}};
+  CHECK(make(j)->encode("\xef\xac\x81") == std::vector<token_id>{'f', 'i'});  // the ligature U+FB01
+  CHECK(normalize("\xef\xac\x81", normal_form::nfd) == "\xef\xac\x81");
+  CHECK(normalize("\xc3\xa9", normal_form::nfd) == decomposed);
+  j["normalizer"] = {{"type", "Lowercase"}};
+  CHECK(std::get<std::string>(bpe_tokenizer::from_json(j.dump())) == "normalizer type 'Lowercase' is not supported");
+}
+
+TEST_CASE("a Split by a plain string honours each behavior (Gemma: MergedWithPrevious)") {
+  json v = byte_vocab();
+  v["a-"] = 256;
+  v["-b"] = 257;
+  const json merges = json::array({"a -", "- b"});
+  auto with = [&](const std::string& behavior) {
+    const json pre = {{"type", "Sequence"},
+                      {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}},
+                                                     {{"type", "ByteLevel"}, {"use_regex", false}}})}};
+    return make(byte_level_json(v, merges, pre))->encode("a-b-");
+  };
+  CHECK(with("MergedWithPrevious") == std::vector<token_id>{256, 'b', '-'});
+  CHECK(with("MergedWithNext") == std::vector<token_id>{'a', 257, '-'});
+  CHECK(with("Isolated") == std::vector<token_id>{'a', '-', 'b', '-'});
+  CHECK(with("Removed") == std::vector<token_id>{'a', 'b'});
+  const json bad = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Contiguous"}};
+  CHECK(std::get<std::string>(bpe_tokenizer::from_json(byte_level_json(v, merges, bad).dump())) ==
+        "Split behavior 'Contiguous' is not supported");
 }
 
 TEST_CASE("tokenizer.json errors are one line") {
