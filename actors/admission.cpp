@@ -6,6 +6,7 @@
 
 #include "actors/meter.hpp"
 #include "actors/stream_sink.hpp"
+#include "actors/tokenize_call.hpp"
 
 namespace kiln::actors {
 
@@ -73,12 +74,13 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   const config::pool_config& cfg_pool = *rt.cfg;
   // A request that arrives as tokens (the simulator's, a replayed capture) skips the template.
   if (!r.messages.empty() || r.prompt.empty()) {
-    auto prompt = rt.prompt_for(r.messages);
+    auto prompt = rt.prompt_for(r);
     if (auto* e = std::get_if<std::string>(&prompt))
       return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
     r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
   }
   r.messages.clear();  // rendered: the tokens travel on, not the text
+  r.chat_json.clear();
   r.model = model;
   r.version = version;
   if (r.sampling.max_tokens <= 0) r.sampling.max_tokens = cfg_pool.default_max_tokens;
@@ -282,6 +284,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
     self->state.pools[p.model + "@" + p.version] = u;
   }
   return {
+      [self](tokenize_request& q) -> tokenize_result { return run_tokenize(self->state, q); },
       [self](request& r) {
         auto& st = self->state;
         const auto now = self->clock().now();

@@ -2,22 +2,37 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/cuda_probe.hpp"
 #include "engine/model_dir.hpp"
 
 namespace kiln::actors {
 
-std::variant<std::vector<std::int32_t>, std::string> pool_runtime::prompt_for(const std::vector<chat_turn>& messages) const {
-  std::vector<engine::chat_message> msgs;
-  for (const auto& m : messages) msgs.push_back({m.role, m.content});
-  std::string text;
-  if (tmpl) {
-    auto r = tmpl->render(msgs, true);
-    if (r.index() == 1) return std::get<1>(r);
-    text = std::get<0>(r);
-  } else {
-    text = engine::render_chat_prompt(msgs);
+std::optional<std::string> pool_runtime::render(const request& r, std::string& text) const {
+  if (tmpl && !r.chat_json.empty()) {
+    const auto conversation = nlohmann::ordered_json::parse(r.chat_json, nullptr, false);
+    if (conversation.is_discarded() || !conversation.is_object()) return "the conversation is not a JSON object";
+    auto out = tmpl->render_json(conversation, static_cast<std::time_t>(r.created_unix));
+    if (out.index() == 1) return std::get<1>(out);
+    text = std::move(std::get<0>(out));
+    return std::nullopt;
   }
+  std::vector<engine::chat_message> msgs;
+  for (const auto& m : r.messages) msgs.push_back({m.role, m.content});
+  if (!tmpl) {
+    text = engine::render_chat_prompt(msgs);
+    return std::nullopt;
+  }
+  auto out = tmpl->render(msgs, true);
+  if (out.index() == 1) return std::get<1>(out);
+  text = std::move(std::get<0>(out));
+  return std::nullopt;
+}
+
+std::variant<std::vector<std::int32_t>, std::string> pool_runtime::prompt_for(const request& r) const {
+  std::string text;
+  if (auto e = render(r, text)) return *e;
   const auto ids = tokenizer->encode(text);
   return std::vector<std::int32_t>(ids.begin(), ids.end());
 }

@@ -3,6 +3,7 @@
 // for the cpu executor the loaded weights. A pool whose model cannot be loaded keeps the
 // error and answers every request with it; the rest of the node serves on.
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -23,8 +24,11 @@ struct pool_runtime {
   std::string failure;                                     ///< non-empty: cannot serve
   double load_seconds = 0;                                 ///< reading the model from disk
 
-  /// The prompt's token ids, or the chat template's error.
-  std::variant<std::vector<std::int32_t>, std::string> prompt_for(const std::vector<chat_turn>& messages) const;
+  /// The prompt's text (into `text`), or the chat template's error: as prompt_for renders it.
+  std::optional<std::string> render(const request& r, std::string& text) const;
+  /// The prompt's token ids, or the chat template's error: the request's chat_json through
+  /// the model's template when both exist (strftime_now at created_unix), else its messages.
+  std::variant<std::vector<std::int32_t>, std::string> prompt_for(const request& r) const;
 };
 
 /// Loads (creating the tiny model first where the config asks) what a pool needs.

@@ -23,5 +23,6 @@ void add_team_routes(front& f);
 void add_model_routes(front& f);
 void add_ops_routes(front& f);
 void add_pool_limit_routes(front& f);
+void add_tokenize_routes(front& f);
 
 }  // namespace kiln::net

@@ -33,6 +33,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     add_model_routes(front_);
     add_ops_routes(front_);
     add_pool_limit_routes(front_);
+    add_tokenize_routes(front_);
   }
 
   ~impl() { stop_hub(); }

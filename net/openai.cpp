@@ -9,7 +9,7 @@ namespace kiln::net {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // the template sees keys in the client's order (tools)
 
 api_error invalid(std::string message, std::string param, std::string code = {}) {
   return api_error{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)};
@@ -54,9 +54,39 @@ std::optional<std::string> content_text(const json& c) {
   return out;
 }
 
-std::optional<api_error> read_messages(const json& v, chat_params& out) {
+// A tool call as the template wants it: arguments that are a JSON object's text become that
+// object (Llama 3.1's template prints them with tojson), as vLLM does.
+std::optional<api_error> read_tool_calls(const json& calls, const std::string& at, json& out) {
+  if (calls.is_null()) return std::nullopt;
+  if (!calls.is_array()) return invalid("'" + at + ".tool_calls' must be an array.", at + ".tool_calls");
+  out = json::array();
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const std::string here = at + ".tool_calls[" + std::to_string(k) + "]";
+    const json& c = calls[k];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
+        !c["function"]["name"].is_string())
+      return invalid("'" + here + "' must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}.", here);
+    json call = c;
+    json& fn = call["function"];
+    if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_object()) fn["arguments"] = std::move(parsed);
+    }
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
+// What the chat template will see, gathered while the request is read.
+struct template_parts {
+  json input = json::object();   ///< messages, tools
+  json kwargs = json::object();  ///< chat_template_kwargs
+};
+
+std::optional<api_error> read_messages(const json& v, chat_params& out, template_parts& tp) {
   if (!v.is_array() || v.empty())
     return invalid("'messages' must be a non-empty array of messages.", "messages");
+  json& for_template = tp.input["messages"] = json::array();
   static const std::set<std::string, std::less<>> roles = {"system", "developer", "user", "assistant", "tool"};
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string at = "messages[" + std::to_string(i) + "]";
@@ -68,6 +98,12 @@ std::optional<api_error> read_messages(const json& v, chat_params& out) {
     auto content = m.find("content");
     std::optional<std::string> text = content == m.end() ? std::nullopt : content_text(*content);
     if (!text) return invalid("'" + at + ".content' must be a string or an array of text parts.", at + ".content");
+    json m_out = m;  // the template gets every field (tool_calls, tool_call_id, name, ...)
+    m_out["content"] = *text;
+    if (auto calls = m.find("tool_calls"); calls != m.end())
+      if (auto e = read_tool_calls(*calls, at, m_out["tool_calls"])) return e;
+    if (m_out.contains("tool_calls") && m_out["tool_calls"].is_null()) m_out.erase("tool_calls");
+    for_template.push_back(std::move(m_out));
     out.messages.push_back({role->get<std::string>(), std::move(*text)});
   }
   return std::nullopt;
@@ -84,12 +120,12 @@ std::optional<api_error> read_int(const json& v, const char* name, int lo, int h
   return std::nullopt;
 }
 
-std::optional<api_error> read_field(const std::string& key, const json& v, chat_params& out) {
+std::optional<api_error> read_field(const std::string& key, const json& v, chat_params& out, template_parts& tp) {
   if (key == "model") {
     if (!v.is_string() || v.get<std::string>().empty()) return invalid("'model' must be a non-empty string.", "model");
     out.model = v.get<std::string>();
   } else if (key == "messages") {
-    return read_messages(v, out);
+    return read_messages(v, out, tp);
   } else if (key == "stream") {
     if (!v.is_boolean() && !v.is_null()) return invalid("'stream' must be a boolean.", "stream");
     out.stream = v.is_boolean() && v.get<bool>();
@@ -134,16 +170,66 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
       return invalid("Only n = 1 is supported.", "n");
   } else if (key == "stream_options") {
     if (!v.is_null() && !v.is_object()) return invalid("'stream_options' must be an object.", "stream_options");
+    if (v.is_object() && v.contains("include_usage") && !v["include_usage"].is_null()) {
+      if (!v["include_usage"].is_boolean())
+        return invalid("'stream_options.include_usage' must be a boolean.", "stream_options.include_usage");
+      out.include_usage = v["include_usage"].get<bool>();
+    }
+  } else if (key == "tools") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_array() || v.empty()) return invalid("'tools' must be a non-empty array of function tools.", "tools");
+    for (std::size_t k = 0; k < v.size(); ++k) {
+      const json& t = v[k];
+      const std::string at = "tools[" + std::to_string(k) + "]";
+      if (!t.is_object() || t.value("type", std::string()) != "function" || !t.contains("function") ||
+          !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+        return invalid("'" + at + "' must be {\"type\": \"function\", \"function\": {\"name\", ...}}.", at);
+    }
+    tp.input["tools"] = v;
+  } else if (key == "tool_choice") {
+    if (v.is_null() || v == "auto") return std::nullopt;
+    if (v == "none") {
+      out.tool_choice_none = true;
+      return std::nullopt;
+    }
+    return invalid("tool_choice 'required' or a named function needs constrained decoding, which kiln does not support "
+                   "yet; use 'auto' or 'none'.", "tool_choice");
+  } else if (key == "parallel_tool_calls") {
+    if (!v.is_null() && !v.is_boolean()) return invalid("'parallel_tool_calls' must be a boolean.", key);
+  } else if (key == "response_format") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+      return invalid("'response_format' must be an object with a type.", "response_format");
+    const std::string type = v["type"].get<std::string>();
+    if (type == "text") return std::nullopt;
+    if (type == "json_object" || type == "json_schema")
+      return invalid("response_format '" + type + "' is not supported yet: kiln has no structured output; use 'text'.",
+                     "response_format");
+    return invalid("'response_format.type' must be text, json_object or json_schema.", "response_format");
+  } else if (key == "chat_template_kwargs") {
+    // vLLM's extension: extra variables for the chat template (enable_thinking, ...).
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return invalid("'chat_template_kwargs' must be an object.", key);
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (it.key() == "messages" || it.key() == "tools")
+        return invalid("'chat_template_kwargs' cannot set '" + it.key() + "'.", key);
+      tp.kwargs[it.key()] = it.value();
+    }
   } else if (key == "cache_salt") {
     // Accepted for compatibility and ignored: the prefix cache is partitioned by team.
     if (!v.is_null() && !v.is_string()) return invalid("'cache_salt' must be a string.", "cache_salt");
   } else if (key == "user") {
-    if (!v.is_string()) return invalid("'user' must be a string.", "user");
+    if (!v.is_string() && !v.is_null()) return invalid("'user' must be a string.", "user");
   } else if (key == "presence_penalty" || key == "frequency_penalty") {
     if (!v.is_null() && !(v.is_number() && v.get<double>() == 0))
       return invalid("'" + key + "' is not supported; leave it out or set it to 0.", key);
   } else if (key == "logprobs") {
-    if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return invalid("'logprobs' is not supported.", "logprobs");
+    if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return invalid("'logprobs' is not supported yet.", "logprobs");
+  } else if (key == "top_logprobs") {
+    if (v.is_null()) return std::nullopt;
+    int n = 0;
+    if (auto e = read_int(v, "top_logprobs", 0, 20, n)) return e;
+    if (n > 0) return invalid("'top_logprobs' needs logprobs, which kiln does not support yet.", "top_logprobs");
   } else {
     return invalid("Unrecognized request argument supplied: " + key, key);
   }
@@ -217,11 +303,14 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
     return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
   if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
   chat_params out;
+  template_parts tp;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    if (auto e = read_field(it.key(), it.value(), out)) return *e;
+    if (auto e = read_field(it.key(), it.value(), out, tp)) return *e;
   }
   if (out.model.empty()) return invalid("you must provide a model parameter", "model");
   if (out.messages.empty()) return invalid("'messages' is a required property.", "messages");
+  for (auto it = tp.kwargs.begin(); it != tp.kwargs.end(); ++it) tp.input[it.key()] = it.value();
+  out.template_json = tp.input.dump(-1, ' ', false, json::error_handler_t::replace);
   return out;
 }
 

@@ -33,6 +33,11 @@ struct chat_params {
   int top_k = 0;  ///< an extension OpenAI lacks; 0: off
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
+  /// What the chat template renders, as JSON text in the client's key order: messages (text
+  /// content, tool-call arguments as objects), tools, and chat_template_kwargs' variables.
+  std::string template_json;
+  bool include_usage = true;  ///< stream_options.include_usage: false leaves out the usage chunk
+  bool tool_choice_none = false;
 };
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);

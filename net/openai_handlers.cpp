@@ -24,8 +24,8 @@ std::int64_t unix_now() {
 // the engine (if any still holds the request) that nobody listens any more.
 class chat_call final : public actors::stream_target, public std::enable_shared_from_this<chat_call> {
  public:
-  chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, completion_meta meta)
-      : f_(f), ex_(std::move(ex)), stream_(stream), meta_(std::move(meta)) {}
+  chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, bool include_usage, completion_meta meta)
+      : f_(f), ex_(std::move(ex)), stream_(stream), include_usage_(include_usage), meta_(std::move(meta)) {}
   ~chat_call() override { release(); }
 
   void start(actors::request r);
@@ -73,7 +73,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     if (stream_) {
       open_stream();
       append_sse_event(sse_, chunk_finish_json(meta_, ev.finish_reason));
-      append_sse_event(sse_, chunk_usage_json(meta_, u));
+      if (include_usage_) append_sse_event(sse_, chunk_usage_json(meta_, u));
       append_sse_event(sse_, kSseDone);
       ex_->end_stream(200, sse_);
     } else {
@@ -148,6 +148,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   front& f_;
   std::shared_ptr<exchange> ex_;
   bool stream_;
+  bool include_usage_;  ///< the usage chunk before [DONE] (stream_options.include_usage)
   completion_meta meta_;
   actors::request_id id_;
   caf::actor client_;  ///< ends when this call does: the request's cancellation
@@ -199,6 +200,8 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   r.model = p.model;
   r.conversation_id = ex->request().header("x-conversation-id");
   for (auto& m : p.messages) r.messages.push_back({std::move(m.role), std::move(m.content)});
+  r.chat_json = std::move(p.template_json);
+  r.created_unix = unix_now();
   r.sampling.max_tokens = p.max_tokens;
   r.sampling.temperature = p.temperature;
   r.sampling.top_p = p.top_p;
@@ -207,7 +210,7 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   r.sampling.stop = std::move(p.stop);
   ex->log().team = r.team;
   ex->log().model = p.model;
-  auto call = std::make_shared<chat_call>(f, ex, p.stream, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model});
+  auto call = std::make_shared<chat_call>(f, ex, p.stream, p.include_usage, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model});
   call->start(std::move(r));
 }
 

@@ -47,6 +47,19 @@ TEST_CASE("openai: invalid requests name the parameter") {
       {body("\"top_p\":2"), "top_p", ""},
       {body("\"logprobs\":true"), "logprobs", ""},
       {body("\"tools\":[]"), "tools", ""},
+      {body("\"tools\":[{\"type\":\"function\"}]"), "tools[0]", ""},
+      {body("\"tools\":{}"), "tools", ""},
+      {body("\"tool_choice\":\"required\""), "tool_choice", ""},
+      {body("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"), "tool_choice", ""},
+      {body("\"response_format\":{\"type\":\"json_object\"}"), "response_format", ""},
+      {body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"), "response_format", ""},
+      {body("\"response_format\":{\"type\":\"yaml\"}"), "response_format", ""},
+      {body("\"top_logprobs\":21"), "top_logprobs", ""},
+      {body("\"top_logprobs\":3"), "top_logprobs", ""},
+      {body("\"stream_options\":{\"include_usage\":1}"), "stream_options.include_usage", ""},
+      {body("\"chat_template_kwargs\":{\"messages\":[]}"), "chat_template_kwargs", ""},
+      {body("\"user\":5"), "user", ""},
+      {body("\"parallel_tool_calls\":\"yes\""), "parallel_tool_calls", ""},
   };
   for (const auto& r : table) {
     CAPTURE(r.body);
@@ -77,6 +90,32 @@ TEST_CASE("openai: a valid request with every supported field") {
   CHECK(p.seed == 7u);
   REQUIRE(p.stop.size() == 1);
   CHECK(p.stop[0] == "END");
+}
+
+TEST_CASE("openai: tools, tool calls and template variables reach the template as sent; nulls are accepted") {
+  auto res = parse_chat_request(R"({"model":"m","user":null,"tool_choice":"auto","parallel_tool_calls":true,
+      "response_format":{"type":"text"},"top_logprobs":0,"logprobs":false,"stream_options":{"include_usage":false},
+      "chat_template_kwargs":{"enable_thinking":false},
+      "tools":[{"type":"function","function":{"name":"w","parameters":{"z":1,"a":2}}}],
+      "messages":[{"role":"user","content":"hi"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+          "function":{"name":"w","arguments":"{\"city\": \"Oslo\"}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"21C"}]}]})");
+  REQUIRE(std::holds_alternative<chat_params>(res));
+  const auto& p = std::get<chat_params>(res);
+  CHECK_FALSE(p.include_usage);
+  CHECK_FALSE(p.tool_choice_none);
+  const auto t = nlohmann::ordered_json::parse(p.template_json);
+  CHECK(t["messages"][1]["content"] == "");  // null content: empty text
+  CHECK(t["messages"][1]["tool_calls"][0]["function"]["arguments"]["city"] == "Oslo");  // an object now
+  CHECK(t["messages"][2]["content"] == "21C");
+  CHECK(t["messages"][2]["tool_call_id"] == "c1");
+  CHECK(t["tools"][0]["function"]["parameters"].dump() == R"({"z":1,"a":2})");  // the client's key order
+  CHECK(t["enable_thinking"] == false);
+  auto none = parse_chat_request(R"({"model":"m","tool_choice":"none","messages":[{"role":"user","content":"x"}]})");
+  REQUIRE(std::holds_alternative<chat_params>(none));
+  CHECK(std::get<chat_params>(none).tool_choice_none);
+  CHECK(std::get<chat_params>(none).include_usage);
 }
 
 TEST_CASE("openai: error object and chunk shapes") {

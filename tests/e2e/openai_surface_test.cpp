@@ -1,0 +1,133 @@
+// The OpenAI fields agent frameworks send, and /tokenize and /detokenize, through a running
+// `kiln serve`: on the sim pool, and on a tiny CPU model whose chat template renders tools,
+// a template variable and strftime_now.
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+
+using namespace kiln::test;
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kAuth = {"Authorization: Bearer key-search"};
+
+std::string chat(const std::string& model, const std::string& extra) {
+  return "{\"model\":\"" + model + "\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}]" +
+         extra + "}";
+}
+
+// A template that shows what it was given: tools as JSON, one variable, the year.
+constexpr const char* kToolTemplate =
+    "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif -%}"
+    "{%- if mood is defined %}mood={{ mood }}\n{% endif -%}"
+    "year={{ strftime_now('%Y') }}\n"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{%- for c in m.tool_calls or [] %}<call>{{ c.function.arguments | tojson }}</call>{% endfor %}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+}  // namespace
+
+TEST_CASE("e2e openai: include_usage false leaves out the usage chunk; structured output is a clear 400") {
+  kiln_process p(test_config(1));
+  auto events_of = [&](const std::string& extra) {
+    const http_response r = request(p.port(), "POST", "/v1/chat/completions", chat("chat-7b", ",\"stream\":true" + extra), kAuth);
+    REQUIRE(r.status == 200);
+    return sse_data(r.body);
+  };
+  auto has_usage = [](const std::vector<std::string>& events) {
+    for (const auto& e : events)
+      if (e != "[DONE]" && json::parse(e).contains("usage")) return true;
+    return false;
+  };
+  const auto plain = events_of("");
+  CHECK(has_usage(plain));  // kiln's default: the usage chunk comes
+  CHECK(has_usage(events_of(",\"stream_options\":{\"include_usage\":true}")));
+  const auto without = events_of(",\"stream_options\":{\"include_usage\":false},\"user\":null,\"tool_choice\":\"auto\"");
+  CHECK_FALSE(has_usage(without));
+  CHECK(without.size() == plain.size() - 1);
+  CHECK(without.back() == "[DONE]");
+  for (const char* format : {"json_object", "json_schema"}) {
+    const http_response r = request(p.port(), "POST", "/v1/chat/completions",
+                                    chat("chat-7b", std::string(",\"response_format\":{\"type\":\"") + format + "\"}"), kAuth);
+    CHECK(r.status == 400);
+    CHECK(json::parse(r.body)["error"]["message"].get<std::string>().find("not supported yet") != std::string::npos);
+  }
+  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat("chat-7b", ",\"response_format\":{\"type\":\"text\"}"), kAuth).status == 200);
+  // /tokenize and /detokenize need a team's key, and answer in vLLM's shapes.
+  CHECK(request(p.port(), "POST", "/tokenize", R"({"model":"chat-7b","prompt":"a"})").status == 401);
+  const json t = json::parse(request(p.port(), "POST", "/tokenize", R"({"model":"chat-7b","prompt":"the kiln"})", kAuth).body);
+  CHECK(t["count"] == 2);
+  CHECK(t["tokens"].size() == 2);
+  CHECK(t["max_model_len"].get<int>() > 0);
+  const json d = json::parse(request(p.port(), "POST", "/detokenize",
+                                     R"({"model":"chat-7b","tokens":)" + t["tokens"].dump() + "}", kAuth).body);
+  CHECK(d["prompt"] == " the kiln");  // the stand-in's words carry their leading space
+  CHECK(request(p.port(), "POST", "/tokenize", R"({"model":"nope","prompt":"a"})", kAuth).status == 404);
+  CHECK(request(p.port(), "POST", "/tokenize", R"({"model":"chat-7b","prompt":"a","messages":[]})", kAuth).status == 400);
+  CHECK(request(p.port(), "POST", "/detokenize", R"({"model":"chat-7b","tokens":[1.5]})", kAuth).status == 400);
+  CHECK(request(p.port(), "POST", "/tokenize", "{", kAuth).status == 400);
+}
+
+TEST_CASE("e2e openai: tools, tool calls and template variables reach a real template; /tokenize shows the prompt served") {
+  char tmpl[] = "/tmp/kiln-e2e-tools-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string dir = root + "/tiny";
+  REQUIRE(std::system((std::string(kiln_binary()) + " make-tiny-model " + dir + " >/dev/null").c_str()) == 0);
+  {
+    std::ifstream in(dir + "/tokenizer_config.json");
+    json cfg = json::parse(in);
+    cfg["chat_template"] = kToolTemplate;
+    std::ofstream(dir + "/tokenizer_config.json") << cfg.dump();
+  }
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", dir, false));
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  const json shown = json::parse(request(p.port(), "POST", "/tokenize",
+                                         R"({"model":"tiny-chat","messages":[{"role":"user","content":"Weather in Oslo?"}])" + tools +
+                                             R"(,"chat_template_kwargs":{"mood":"calm"}})",
+                                         kAuth).body);
+  const std::string prompt = shown["prompt"];
+  CHECK(prompt.find(R"(<tools>[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object")") == 0);
+  CHECK(prompt.find("mood=calm\n") != std::string::npos);
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  CHECK(prompt.find("year=" + std::to_string(1900 + tm.tm_year)) != std::string::npos);
+  CHECK(prompt.substr(prompt.size() - 22) == "<|im_start|>assistant\n");
+  // The chat completion renders the same prompt: its usage counts the same tokens.
+  const json done = json::parse(request(p.port(), "POST", "/v1/chat/completions",
+                                        chat("tiny-chat", tools + R"(,"chat_template_kwargs":{"mood":"calm"})"), kAuth).body);
+  CHECK(done["usage"]["prompt_tokens"] == shown["count"]);
+  const json bare = json::parse(request(p.port(), "POST", "/v1/chat/completions", chat("tiny-chat", ""), kAuth).body);
+  CHECK(bare["usage"]["prompt_tokens"].get<int>() < shown["count"].get<int>());
+  // An assistant turn's tool call (arguments as a JSON string, content null) reaches the
+  // template with its arguments as an object.
+  const json call = json::parse(request(p.port(), "POST", "/tokenize",
+                                        R"({"model":"tiny-chat","add_generation_prompt":false,"messages":[{"role":"user","content":"x"},)"
+                                        R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",)"
+                                        R"("function":{"name":"get_weather","arguments":"{\"city\": \"Oslo\"}"}}]},)"
+                                        R"({"role":"tool","tool_call_id":"c1","content":"21C"}]})",
+                                        kAuth).body);
+  const std::string rendered = call["prompt"];
+  CHECK(rendered.find(R"(<|im_start|>assistant
+<call>{"city": "Oslo"}</call><|im_end|>)") != std::string::npos);
+  CHECK(rendered.find("<|im_start|>tool\n21C<|im_end|>\n") != std::string::npos);
+  CHECK(rendered.find("<|im_start|>assistant\n", rendered.size() - 30) == std::string::npos);  // no generation prompt
+  // Ids round-trip through /detokenize (special tokens included).
+  const json back = json::parse(request(p.port(), "POST", "/detokenize",
+                                        R"({"model":"tiny-chat","tokens":)" + call["tokens"].dump() + "}", kAuth).body);
+  CHECK(back["prompt"] == rendered);
+  std::filesystem::remove_all(root);
+}
