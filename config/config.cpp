@@ -201,6 +201,9 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.number("block_size", p.block_size, 1, 4096);
   r.number("kv_blocks", p.kv_blocks, 0, 1e9);
   r.number("default_max_tokens", p.default_max_tokens, 1, 1e7);
+  r.text("tool_call_format", p.tool_call_format);
+  if (p.tool_call_format != "none" && p.tool_call_format != "hermes" && p.tool_call_format != "llama3_json")
+    r.fail("tool_call_format", "must be none, hermes or llama3_json (got \"" + p.tool_call_format + "\")");
   r.number("max_context", p.max_context, 1, 1e8);
   r.number("heartbeat_ms", p.heartbeat_ms, 10, 60000);
   r.number("first_token_timeout_ms", p.first_token_timeout_ms, 1, 8.64e7);

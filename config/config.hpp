@@ -106,6 +106,7 @@ struct pool_config {
   int block_size = 16;            ///< tokens per KV block
   int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights
   int default_max_tokens = 1024;  ///< when a request names no max_tokens
+  std::string tool_call_format = "none";  ///< how its model writes tool calls: none, hermes, llama3_json
   int max_context = 32768;        ///< prompt + max_tokens must fit
   int heartbeat_ms = 1000;              ///< replicas report this often; 3 missed: off the ranking
   int first_token_timeout_ms = 60000;   ///< a request with no first token by then ends (504)

@@ -186,6 +186,7 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
         return invalid("'" + at + "' must be {\"type\": \"function\", \"function\": {\"name\", ...}}.", at);
     }
     tp.input["tools"] = v;
+    out.has_tools = true;
   } else if (key == "tool_choice") {
     if (v.is_null() || v == "auto") return std::nullopt;
     if (v == "none") {
@@ -353,12 +354,33 @@ std::string chunk_usage_json(const completion_meta& m, const completion_usage& u
   return out;
 }
 
+namespace {
+
+// [{"index", "id", "type": "function", "function": {"name", "arguments"}}, ...]
+std::string tool_calls_json(const std::vector<tool_call>& calls) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    out += (i ? ",{\"index\":" : "{\"index\":") + std::to_string(i) + ",\"id\":" + json_quote(calls[i].id) +
+           ",\"type\":\"function\",\"function\":{\"name\":" + json_quote(calls[i].name) +
+           ",\"arguments\":" + json_quote(calls[i].arguments) + "}}";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<tool_call>& calls) {
+  return chunk_head(m) + "{\"index\":0,\"delta\":{\"tool_calls\":" + tool_calls_json(calls) + "},\"finish_reason\":null}]}";
+}
+
 std::string completion_json(const completion_meta& m, std::string_view text,
-                            std::string_view finish_reason, const completion_usage& u) {
+                            std::string_view finish_reason, const completion_usage& u, const std::vector<tool_call>& calls) {
+  const std::string content = calls.empty() || !text.empty() ? json_quote(text) : std::string("null");
   std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion\",\"created\":" +
                     std::to_string(m.created) + ",\"model\":" + json_quote(m.model) +
-                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" +
-                    json_quote(text) + "},\"finish_reason\":" + json_quote(finish_reason) + "}],";
+                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" + content +
+                    (calls.empty() ? std::string() : ",\"tool_calls\":" + tool_calls_json(calls)) +
+                    "},\"finish_reason\":" + json_quote(finish_reason) + "}],";
   put_usage(out, u);
   out += "}";
   return out;

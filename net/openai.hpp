@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "engine/tokenizer.hpp"
+#include "net/tool_calls.hpp"
 
 namespace kiln::net {
 
@@ -38,6 +39,7 @@ struct chat_params {
   std::string template_json;
   bool include_usage = true;  ///< stream_options.include_usage: false leaves out the usage chunk
   bool tool_choice_none = false;
+  bool has_tools = false;
 };
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);
@@ -79,7 +81,10 @@ inline constexpr std::string_view kContentSuffix = "},\"finish_reason\":null}]}"
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason);
 std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
 std::string completion_json(const completion_meta& m, std::string_view text,
-                            std::string_view finish_reason, const completion_usage& u);
+                            std::string_view finish_reason, const completion_usage& u,
+                            const std::vector<tool_call>& calls = {});
+/// A chunk whose delta carries the answer's tool calls, whole.
+std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<tool_call>& calls);
 /// The models this node serves, each with its versions and live version.
 std::string models_json(const config::kiln_config& cfg, std::int64_t created);
 

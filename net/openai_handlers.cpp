@@ -24,8 +24,10 @@ std::int64_t unix_now() {
 // the engine (if any still holds the request) that nobody listens any more.
 class chat_call final : public actors::stream_target, public std::enable_shared_from_this<chat_call> {
  public:
-  chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, bool include_usage, completion_meta meta)
-      : f_(f), ex_(std::move(ex)), stream_(stream), include_usage_(include_usage), meta_(std::move(meta)) {}
+  chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, bool include_usage, completion_meta meta, tool_format tools)
+      : f_(f), ex_(std::move(ex)), stream_(stream), include_usage_(include_usage), meta_(std::move(meta)), format_(tools) {
+    if (format_ != tool_format::none) tools_.emplace(format_, meta_.id);
+  }
   ~chat_call() override { release(); }
 
   void start(actors::request r);
@@ -52,7 +54,12 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
       return;
     }
     open_stream();
-    if (!ev.text.empty()) append_content_event(sse_, content_prefix_, ev.text);
+    if (tools_) {
+      const std::string safe = tools_->feed(ev.text);
+      if (!safe.empty()) append_content_event(sse_, content_prefix_, safe);
+    } else if (!ev.text.empty()) {
+      append_content_event(sse_, content_prefix_, ev.text);
+    }
     flush();
   }
 
@@ -70,14 +77,21 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
                                        log.completion_tokens > 1 ? after_first / (log.completion_tokens - 1) : -1);
     }
     finish();
+    // Tool calls end the answer with finish_reason tool_calls, as OpenAI's do.
+    parsed_output parsed;
+    if (tools_) parsed = stream_ ? tools_->finish() : parse_tool_calls(text_, format_, meta_.id);
+    const std::string finish_reason = parsed.calls.empty() ? ev.finish_reason : std::string("tool_calls");
     if (stream_) {
       open_stream();
-      append_sse_event(sse_, chunk_finish_json(meta_, ev.finish_reason));
+      if (!parsed.content.empty()) append_content_event(sse_, content_prefix_, parsed.content);
+      if (!parsed.calls.empty()) append_sse_event(sse_, chunk_tool_calls_json(meta_, parsed.calls));
+      append_sse_event(sse_, chunk_finish_json(meta_, finish_reason));
       if (include_usage_) append_sse_event(sse_, chunk_usage_json(meta_, u));
       append_sse_event(sse_, kSseDone);
       ex_->end_stream(200, sse_);
     } else {
-      ex_->respond(200, completion_json(meta_, text_, ev.finish_reason, u), "application/json", rate_headers_);
+      const std::string& text = tools_ ? parsed.content : text_;
+      ex_->respond(200, completion_json(meta_, text, finish_reason, u, parsed.calls), "application/json", rate_headers_);
     }
   }
 
@@ -150,6 +164,8 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   bool stream_;
   bool include_usage_;  ///< the usage chunk before [DONE] (stream_options.include_usage)
   completion_meta meta_;
+  tool_format format_;                       ///< none: the answer is text, whatever it holds
+  std::optional<tool_call_stream> tools_;    ///< watches the answer for tool calls
   actors::request_id id_;
   caf::actor client_;  ///< ends when this call does: the request's cancellation
   bool done_ = false;
@@ -182,6 +198,20 @@ void chat_call::start(actors::request r) {
     fail(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
 }
 
+// How the requested model writes tool calls, when the request offers tools and allows them.
+tool_format tools_format_for(const config::kiln_config& cfg, const chat_params& p) {
+  if (!p.has_tools || p.tool_choice_none) return tool_format::none;
+  std::string model = p.model, version;
+  if (const auto at = model.find('@'); at != std::string::npos) {
+    version = model.substr(at + 1);
+    model.resize(at);
+  } else {
+    version = cfg.live_version(model);
+  }
+  const config::pool_config* pool = cfg.pool_for(model, version);
+  return pool ? tool_format_named(pool->tool_call_format).value_or(tool_format::none) : tool_format::none;
+}
+
 void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   auto parsed = parse_chat_request(ex->request().body);
   if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
@@ -210,7 +240,8 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   r.sampling.stop = std::move(p.stop);
   ex->log().team = r.team;
   ex->log().model = p.model;
-  auto call = std::make_shared<chat_call>(f, ex, p.stream, p.include_usage, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model});
+  auto call = std::make_shared<chat_call>(f, ex, p.stream, p.include_usage, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model},
+                                           tools_format_for(*f.deps.cfg, p));
   call->start(std::move(r));
 }
 

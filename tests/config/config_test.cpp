@@ -70,6 +70,9 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nmake_if_absent = \"huge\"\n") ==
         "test.toml: pools[0].make_if_absent must be tiny, small or 100m (got \"huge\")");
   CHECK(error_of(kMinimal + "replicas = 0\n").find("pools[0].replicas must be between 1") != std::string::npos);
+  CHECK(error_of(kMinimal + "tool_call_format = \"xml\"\n") ==
+        "test.toml: pools[0].tool_call_format must be none, hermes or llama3_json (got \"xml\")");
+  CHECK(error_of(kMinimal + "tool_call_format = \"hermes\"\n").empty());
   CHECK(error_of(kMinimal + "routing = \"random\"\n") ==
         "test.toml: pools[0].routing must be prefix_affinity_bounded, round_robin or least_tokens (got \"random\")");
   CHECK(error_of(kMinimal + "[pools.sim_text]\nmin_output_tokens = 9\nmax_output_tokens = 3\n") ==
