@@ -24,8 +24,10 @@ constexpr std::string_view kUsage =
     "                                          capture file gets every served request, for replay)\n"
     "  kiln config show [--config FILE]       print the configuration (the embedded default\n"
     "                                          when no file is given)\n"
-    "  kiln make-tiny-model DIR [--size S]    write a small Llama model with random weights and a\n"
-    "                                          trained BPE tokenizer (S: tiny, small, 100m)\n"
+    "  kiln make-tiny-model DIR [--size S] [--arch A] [--tokenizer-from D]\n"
+    "                                          write a small model with random weights (S: tiny, small,\n"
+    "                                          100m; A: llama, qwen2, qwen3) and a trained BPE\n"
+    "                                          tokenizer, or the tokenizer files of model directory D\n"
     "  kiln chaos --url URL --admin-key K [--every 2s] [--for 60s] [--target replica|engine|router]\n"
     "             [--action kill|freeze|slow|fail] [--seconds 5s]\n"
     "                                          a drill against a running kiln: hit a random target\n"
@@ -141,13 +143,16 @@ int main(int argc, char** argv) {
   }
   if (v[0] == "make-tiny-model") {
     if (v.size() < 2 || v[1].rfind("--", 0) == 0) return usage_error("make-tiny-model needs a directory");
-    std::string size = "tiny";
+    std::string size = "tiny", arch = "llama", tokenizer_dir;
     for (std::size_t i = 2; i < v.size(); ++i) {
       if (v[i] == "--size" && i + 1 < v.size()) size = v[++i];
+      else if (v[i] == "--arch" && i + 1 < v.size()) arch = v[++i];
+      else if (v[i] == "--tokenizer-from" && i + 1 < v.size()) tokenizer_dir = v[++i];
       else return usage_error("unknown option '" + v[i] + "'");
     }
     if (!kiln::engine::tiny_model_size_known(size)) return usage_error("--size must be tiny, small or 100m");
-    if (auto e = kiln::engine::make_tiny_model(v[1], size); !e.empty()) {
+    if (!kiln::engine::tiny_model_architecture_known(arch)) return usage_error("--arch must be llama, qwen2 or qwen3");
+    if (auto e = kiln::engine::make_tiny_model(v[1], size, arch, tokenizer_dir); !e.empty()) {
       std::cerr << "kiln: " << e << "\n";
       return 1;
     }

@@ -86,6 +86,10 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
                                  static_cast<std::size_t>(kv_.block_size), KVH, hd};
     ref::rmsnorm(x_.data(), L.attn_norm.data(), h_.data(), T, D, eps);
     matmul(h_.data(), T, D, {{&L.wq, &L.bq, qdim, q_.data()}, {&L.wk, &L.bk, kvdim, k_.data()}, {&L.wv, &L.bv, kvdim, v_.data()}});
+    if (c.qk_norm) {  // Qwen3: each head's q and k normalized (in place) before RoPE
+      ref::rmsnorm(q_.data(), L.q_norm.data(), q_.data(), T * H, hd, eps);
+      ref::rmsnorm(k_.data(), L.k_norm.data(), k_.data(), T * KVH, hd, eps);
+    }
     // Position each row, then write its K/V into its block before anyone attends.
     for (std::size_t r = 0; r < T; ++r) {
       const auto pos = rows[r].position;

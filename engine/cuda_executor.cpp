@@ -59,7 +59,7 @@ struct weight_dev {
 };
 
 struct layer_dev {
-  dmem attn_norm, bq, bk, bv, mlp_norm;
+  dmem attn_norm, bq, bk, bv, q_norm, k_norm, mlp_norm;
   weight_dev wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
@@ -273,6 +273,8 @@ std::variant<std::unique_ptr<cuda_executor>, std::string> cuda_executor::create(
     up(L.bq, Ld.bq);
     up(L.bk, Ld.bk);
     up(L.bv, Ld.bv);
+    up(L.q_norm, Ld.q_norm);
+    up(L.k_norm, Ld.k_norm);
     up(L.mlp_norm, Ld.mlp_norm);
     upw(L.w_gate, F, D, Ld.w_gate);
     upw(L.w_up, F, D, Ld.w_up);
@@ -428,6 +430,12 @@ static std::string enqueue(cuda_executor::device_state& d, const llama_config& c
       KILN_ENQ_TRY(k::launch_add_bias(d.q.f(), L.bq.f(), T, qdim, d.stream));
       KILN_ENQ_TRY(k::launch_add_bias(d.kk.f(), L.bk.f(), T, kvdim, d.stream));
       KILN_ENQ_TRY(k::launch_add_bias(d.vv.f(), L.bv.f(), T, kvdim, d.stream));
+    }
+    if (L.q_norm.p) {  // Qwen3: each head's q and k normalized in place before RoPE
+      KILN_ENQ_TRY(k::launch_rmsnorm(d.q.f(), L.q_norm.f(), d.q.f(), static_cast<std::size_t>(T) * H,
+                                     static_cast<std::size_t>(hd), eps, d.stream));
+      KILN_ENQ_TRY(k::launch_rmsnorm(d.kk.f(), L.k_norm.f(), d.kk.f(), static_cast<std::size_t>(T) * KVH,
+                                     static_cast<std::size_t>(hd), eps, d.stream));
     }
     KILN_ENQ_TRY(k::launch_rope(d.q.f(), T, H, hd, d.pos.i(), d.inv_freq.f(), d.stream));
     KILN_ENQ_TRY(k::launch_rope(d.kk.f(), T, KVH, hd, d.pos.i(), d.inv_freq.f(), d.stream));

@@ -42,10 +42,11 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view text
       !j["architectures"][0].is_string())
     return std::string("config.json: 'architectures' is missing");
   c.architecture = j["architectures"][0].get<std::string>();
-  static const std::set<std::string> known = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  static const std::set<std::string> known = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                              "Qwen3ForCausalLM"};
   if (!known.count(c.architecture))
-    return "config.json: unknown architecture '" + c.architecture +
-           "' (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM are supported)";
+    return "config.json: architecture '" + c.architecture +
+           "' is not one kiln runs (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM are)";
   auto int_field = [&](const char* key, int& out, bool required) -> std::string {
     if (!j.contains(key) || j[key].is_null()) return required ? std::string("config.json: '") + key + "' is missing" : "";
     if (!j[key].is_number_integer() || j[key].get<std::int64_t>() <= 0 || j[key].get<std::int64_t>() > (1 << 30))
@@ -68,6 +69,8 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view text
   if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean())
     c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM";
+  if (j.contains("attention_bias") && j["attention_bias"].is_boolean()) c.qkv_bias = j["attention_bias"].get<bool>();
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM";
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     const json& rs = j["rope_scaling"];
     const std::string type = rs.value("rope_type", rs.value("type", std::string()));
@@ -95,7 +98,8 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view text
 std::size_t llama_weights::bytes() const {
   std::size_t n = final_norm.size() + lm_head.size() + (lm_head.empty() ? embed.size() : 0);
   for (const auto& l : layers)
-    for (const auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down})
+    for (const auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.q_norm, &l.k_norm, &l.mlp_norm,
+                          &l.w_gate, &l.w_up, &l.w_down})
       n += v->size();
   return n * sizeof(float);
 }
@@ -169,6 +173,10 @@ std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const
       take(p + "self_attn.q_proj.bias", {q}, l.bq);
       take(p + "self_attn.k_proj.bias", {kv}, l.bk);
       take(p + "self_attn.v_proj.bias", {kv}, l.bv);
+    }
+    if (c.qk_norm) {
+      take(p + "self_attn.q_norm.weight", {hd}, l.q_norm);
+      take(p + "self_attn.k_norm.weight", {hd}, l.k_norm);
     }
     take(p + "post_attention_layernorm.weight", {D}, l.mlp_norm);
     take(p + "mlp.gate_proj.weight", {F, D}, l.w_gate);

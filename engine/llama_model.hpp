@@ -1,6 +1,6 @@
 #pragma once
 // Llama-family models from a Hugging Face directory: config.json (LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM) and model.safetensors or shards listed in
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and model.safetensors or shards listed in
 // model.safetensors.index.json, F32/F16/BF16, memory-mapped and converted to F32.
 // Anything wrong gives one clear error line.
 #include <memory>
@@ -32,7 +32,8 @@ struct llama_config {
   double rope_theta = 10000;
   rope_scaling scaling;
   bool tie_embeddings = false;
-  bool qkv_bias = false;  ///< Qwen2
+  bool qkv_bias = false;  ///< Qwen2 (attention_bias)
+  bool qk_norm = false;   ///< Qwen3: RMSNorm of each head's q and k before RoPE
   int max_position = 4096;
   int bos_id = -1;
   std::vector<int> eos_ids;
@@ -43,6 +44,7 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view json
 /// Weights as F32, row-major as stored ([out, in] for projections).
 struct layer_weights {
   std::vector<float> attn_norm, wq, wk, wv, bq, bk, bv, wo;
+  std::vector<float> q_norm, k_norm;  ///< [head_dim] each, Qwen3
   std::vector<float> mlp_norm, w_gate, w_up, w_down;
 };
 

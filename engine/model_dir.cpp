@@ -52,29 +52,58 @@ std::string training_corpus() {
 
 bool tiny_model_size_known(const std::string& size) { return size == "tiny" || size == "small" || size == "100m"; }
 
+bool tiny_model_architecture_known(const std::string& a) { return a == "llama" || a == "qwen2" || a == "qwen3"; }
+
 std::string make_tiny_model(const std::string& dir_name, const std::string& size) {
+  return make_tiny_model(dir_name, size, "llama", "");
+}
+
+std::string make_tiny_model(const std::string& dir_name, const std::string& size, const std::string& architecture,
+                            const std::string& tokenizer_dir) {
   if (!tiny_model_size_known(size)) return "unknown size '" + size + "' (tiny, small, 100m)";
+  if (!tiny_model_architecture_known(architecture)) return "unknown architecture '" + architecture + "' (llama, qwen2, qwen3)";
   const fs::path dir(dir_name);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return dir_name + ": " + ec.message();
-  const std::string tok_json = train_byte_level_bpe(training_corpus(), 1024, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
-  auto parsed = bpe_tokenizer::from_json(tok_json);
-  if (auto* e = std::get_if<std::string>(&parsed)) return "tokenizer training failed: " + *e;
+  std::string eos = "<|im_end|>", bos = "<|endoftext|>";
+  if (tokenizer_dir.empty()) {
+    const std::string tok_json = train_byte_level_bpe(training_corpus(), 1024, {"<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    std::ofstream(dir / "tokenizer.json") << tok_json;
+    const nlohmann::json tok_cfg = {{"chat_template", kChatMl}, {"bos_token", nullptr}, {"eos_token", "<|im_end|>"},
+                                    {"pad_token", "<|endoftext|>"}, {"add_bos_token", false},
+                                    {"model_max_length", 4096}, {"tokenizer_class", "PreTrainedTokenizerFast"}};
+    std::ofstream(dir / "tokenizer_config.json") << tok_cfg.dump(2) << "\n";
+  } else {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(fs::path(tokenizer_dir) / f, dir / f, fs::copy_options::overwrite_existing, ec);
+      if (ec) return (fs::path(tokenizer_dir) / f).string() + ": " + ec.message();
+    }
+    std::ifstream in(dir / "tokenizer_config.json");
+    const auto cfg = nlohmann::json::parse(in, nullptr, false);
+    auto token = [&](const char* key) {
+      if (cfg.is_discarded() || !cfg.contains(key)) return std::string();
+      const auto& v = cfg[key];
+      if (v.is_string()) return v.get<std::string>();
+      if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+      return std::string();
+    };
+    eos = token("eos_token");
+    bos = token("bos_token");
+  }
+  auto parsed = bpe_tokenizer::load((dir / "tokenizer.json").string());
+  if (auto* e = std::get_if<std::string>(&parsed)) return *e;
   const auto& tok = *std::get<std::shared_ptr<bpe_tokenizer>>(parsed);
-  std::ofstream(dir / "tokenizer.json") << tok_json;
-  const nlohmann::json tok_cfg = {{"chat_template", kChatMl}, {"bos_token", nullptr}, {"eos_token", "<|im_end|>"},
-                                  {"pad_token", "<|endoftext|>"}, {"add_bos_token", false},
-                                  {"model_max_length", 4096}, {"tokenizer_class", "PreTrainedTokenizerFast"}};
-  std::ofstream(dir / "tokenizer_config.json") << tok_cfg.dump(2) << "\n";
 
   llama_config c;
-  c.architecture = "LlamaForCausalLM";
+  c.architecture = architecture == "qwen3" ? "Qwen3ForCausalLM" : architecture == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.qkv_bias = architecture == "qwen2";
+  c.qk_norm = architecture == "qwen3";
   c.vocab = tok.vocab_size();
   c.rope_theta = 10000;
   c.max_position = 4096;
-  c.eos_ids = {*tok.token_to_id("<|im_end|>")};
-  c.bos_id = *tok.token_to_id("<|endoftext|>");
+  if (auto id = tok.token_to_id(eos)) c.eos_ids = {*id};
+  if (auto id = tok.token_to_id(bos)) c.bos_id = *id;
   if (size == "tiny") {
     c.hidden = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 16, c.intermediate = 176;
     c.tie_embeddings = false;  // a random tied head would only echo the last input token

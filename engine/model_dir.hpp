@@ -30,4 +30,11 @@ bool tiny_model_size_known(const std::string& size);
 /// a ChatML template. An error line, or empty on success.
 std::string make_tiny_model(const std::string& dir, const std::string& size = "tiny");
 
+/// The same with a choice of architecture ("llama", "qwen2": qkv bias, "qwen3": per-head q/k
+/// norms) and, when `tokenizer_dir` is given, a real model's tokenizer.json and
+/// tokenizer_config.json copied from it (the vocabulary and eos token follow them).
+std::string make_tiny_model(const std::string& dir, const std::string& size, const std::string& architecture,
+                            const std::string& tokenizer_dir);
+bool tiny_model_architecture_known(const std::string& architecture);
+
 }  // namespace kiln::engine

@@ -44,6 +44,8 @@ std::variant<llama_weights, std::string> shard_for_rank(const llama_weights& w, 
     layer_weights R;
     R.attn_norm = L.attn_norm;
     R.mlp_norm = L.mlp_norm;
+    R.q_norm = L.q_norm;  // per head, the same for every head: whole on each rank
+    R.k_norm = L.k_norm;
     R.wq = row_slice(L.wq, q, D, rank, size);
     R.wk = row_slice(L.wk, kv, D, rank, size);
     R.wv = row_slice(L.wv, kv, D, rank, size);

@@ -42,6 +42,10 @@ llama_weights random_llama(const llama_config& c, std::uint64_t seed) {
       L.bk = normal(rng, kv, 0.1);
       L.bv = normal(rng, kv, 0.1);
     }
+    if (c.qk_norm) {
+      L.q_norm = normal(rng, static_cast<std::size_t>(c.head_dim), 0.05, 1.0);
+      L.k_norm = normal(rng, static_cast<std::size_t>(c.head_dim), 0.05, 1.0);
+    }
     L.wo = normal(rng, D * q, 1.0 / std::sqrt(static_cast<double>(q)));
     L.mlp_norm = normal(rng, D, 0.05, 1.0);
     L.w_gate = normal(rng, F * D, in_d);
@@ -60,12 +64,16 @@ std::string save_llama(const std::string& dir_name, const llama_weights& w, dtyp
   if (ec) return dir_name + ": " + ec.message();
   const llama_config& c = w.cfg;
   nlohmann::json cfg = {
-      {"architectures", {c.architecture}}, {"model_type", c.architecture == "Qwen2ForCausalLM" ? "qwen2" : c.architecture == "MistralForCausalLM" ? "mistral" : "llama"},
+      {"architectures", {c.architecture}}, {"model_type", c.architecture == "Qwen2ForCausalLM"     ? "qwen2"
+                     : c.architecture == "Qwen3ForCausalLM"   ? "qwen3"
+                     : c.architecture == "MistralForCausalLM" ? "mistral"
+                                                              : "llama"},
       {"hidden_size", c.hidden}, {"intermediate_size", c.intermediate}, {"num_hidden_layers", c.layers},
       {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}, {"head_dim", c.head_dim},
       {"vocab_size", c.vocab}, {"rms_norm_eps", c.rms_eps}, {"rope_theta", c.rope_theta},
       {"max_position_embeddings", c.max_position}, {"tie_word_embeddings", c.tie_embeddings},
-      {"torch_dtype", type == dtype::f32 ? "float32" : type == dtype::f16 ? "float16" : "bfloat16"}};
+      {"torch_dtype", type == dtype::f32 ? "float32" : type == dtype::f16 ? "float16" : "bfloat16"},
+      {"attention_bias", c.qkv_bias}};
   if (c.bos_id >= 0) cfg["bos_token_id"] = c.bos_id;
   if (!c.eos_ids.empty()) cfg["eos_token_id"] = c.eos_ids.size() == 1 ? nlohmann::json(c.eos_ids[0]) : nlohmann::json(c.eos_ids);
   if (c.scaling.llama3)
@@ -92,6 +100,8 @@ std::string save_llama(const std::string& dir_name, const llama_weights& w, dtyp
     add(p + "self_attn.k_proj.bias", {kv}, L.bk);
     add(p + "self_attn.v_proj.bias", {kv}, L.bv);
     add(p + "self_attn.o_proj.weight", {D, q}, L.wo);
+    add(p + "self_attn.q_norm.weight", {c.head_dim}, L.q_norm);
+    add(p + "self_attn.k_norm.weight", {c.head_dim}, L.k_norm);
     add(p + "post_attention_layernorm.weight", {D}, L.mlp_norm);
     add(p + "mlp.gate_proj.weight", {F, D}, L.w_gate);
     add(p + "mlp.up_proj.weight", {F, D}, L.w_up);

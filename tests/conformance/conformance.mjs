@@ -118,4 +118,63 @@ for (const fam of families) {
   for (const b of bad) console.log('  ' + b);
   failures += bad.length;
 }
+// A real Qwen3 tokenizer and template, served: a tiny Qwen3ForCausalLM with random weights of
+// the right shapes, the real tokenizer files; /tokenize and a chat completion must see exactly
+// the reference's ids.
+async function serveQwen3() {
+  const fam = families.find((f) => f.name === 'qwen3');
+  const dir = path.join(modules, fam.pkg, 'models');
+  const work = fs.mkdtempSync('/tmp/kiln-conformance-');
+  const { spawn } = await import('node:child_process');
+  let server;
+  try {
+    execFileSync(kiln, ['make-tiny-model', path.join(work, 'model'), '--arch', 'qwen3', '--tokenizer-from', dir]);
+    fs.writeFileSync(path.join(work, 'kiln.toml'), [
+      '[[teams]]', 'name = "t"', 'api_key = "key-t"', '',
+      '[[pools]]', 'model = "qwen3-tiny"', 'version = "v1"', 'executor = "cpu"', `model_dir = "${path.join(work, 'model')}"`,
+      'tool_call_format = "hermes"', 'max_context = 8192', 'kv_blocks = 1024', 'default_max_tokens = 4', ''].join('\n'));
+    server = spawn(kiln, ['serve', '--config', path.join(work, 'kiln.toml'), '--port', '0', '--store', path.join(work, 'store.db')],
+                   { stdio: ['ignore', 'pipe', 'ignore'] });
+    const url = await new Promise((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error('kiln did not start: ' + out)), 60000);
+      server.stdout.on('data', (d) => {
+        out += d;
+        const m = out.match(/serving on (http:\/\/[0-9.:]+)/);
+        if (m) { clearTimeout(timer); resolve(m[1]); }
+      });
+      server.on('exit', (code) => reject(new Error(`kiln exited (${code}): ${out}`)));
+    });
+    const post = async (p, body) => {
+      const r = await fetch(url + p, { method: 'POST', headers: { Authorization: 'Bearer key-t', 'Content-Type': 'application/json' },
+                                       body: JSON.stringify(body) });
+      return { status: r.status, body: await r.json() };
+    };
+    const ref = await reference(dir, corpus);
+    const bad = [];
+    for (const name of ['system_user', 'multi_turn', 'multilingual', 'with_tools', 'tool_calls_string_arguments', 'reasoning_content']) {
+      const chat = corpus.chats.find((c) => c.name === name);
+      const want = ref.chats.find((c) => c.name === name);
+      const { name: _, ...conv } = chat;
+      const t = await post('/tokenize', { model: 'qwen3-tiny', ...conv });
+      if (t.status !== 200 || JSON.stringify(t.body.tokens) !== JSON.stringify(want.ids))
+        bad.push(`served /tokenize ${name}: ${t.status} ${JSON.stringify(t.body).slice(0, 200)}`);
+      const c = await post('/v1/chat/completions', { model: 'qwen3-tiny', max_tokens: 4, ...conv });
+      if (c.status !== 200 || c.body.usage.prompt_tokens !== want.ids.length)
+        bad.push(`served chat ${name}: ${c.status} prompt_tokens ${c.body.usage && c.body.usage.prompt_tokens}, reference ${want.ids.length}`);
+    }
+    console.log(`qwen3 served (tiny Qwen3ForCausalLM, real tokenizer and template): ${bad.length ? bad.length + ' differ' : 'all match'}`);
+    for (const b of bad) console.log('  ' + b);
+    return bad.length;
+  } catch (e) {
+    console.log(`qwen3 served: ${e.message}`);
+    return 1;
+  } finally {
+    if (server) server.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+}
+
+if (!only.length || only.includes('qwen3')) failures += await serveQwen3();
 process.exit(failures ? 1 : 0);

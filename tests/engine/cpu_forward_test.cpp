@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "engine/cpu_executor.hpp"
 #include "engine/sampler.hpp"
@@ -19,9 +20,13 @@ namespace {
 
 llama_config small_config(std::mt19937& rng) {
   llama_config c;
-  const int pick = static_cast<int>(rng() % 3);
-  c.architecture = pick == 0 ? "LlamaForCausalLM" : pick == 1 ? "MistralForCausalLM" : "Qwen2ForCausalLM";
+  const int pick = static_cast<int>(rng() % 4);
+  c.architecture = pick == 0   ? "LlamaForCausalLM"
+                   : pick == 1 ? "MistralForCausalLM"
+                   : pick == 2 ? "Qwen2ForCausalLM"
+                               : "Qwen3ForCausalLM";
   c.qkv_bias = pick == 2;
+  c.qk_norm = pick == 3;
   c.heads = 4;
   c.kv_heads = rng() % 2 ? 2 : 4;  // GQA or MHA
   c.head_dim = 8;
@@ -100,9 +105,11 @@ std::vector<token_id> random_tokens(std::mt19937& rng, int n, int vocab) {
 
 TEST_CASE("cpu executor: logits equal the naive reference over prompts, block sizes, chunks and batch mixes") {
   std::mt19937 rng(99);
+  std::set<std::string> architectures;
   for (int round = 0; round < 12; ++round) {
     CAPTURE(round);
     const llama_config cfg = small_config(rng);
+    architectures.insert(cfg.architecture);
     auto w = std::make_shared<const llama_weights>(random_llama(cfg, 1000 + static_cast<unsigned>(round)));
     const int bs = std::array{1, 3, 4, 16}[rng() % 4];
     const int budget = std::array{5, 17, 64}[rng() % 3];
@@ -123,6 +130,7 @@ TEST_CASE("cpu executor: logits equal the naive reference over prompts, block si
     CHECK(h.worst < 1e-4);
     if (bs <= 4) CHECK(h.sched.pool().evictions() + h.sched.pool().num_free() > 0);
   }
+  CHECK(architectures.size() == 4);  // Llama, Mistral, Qwen2 (qkv bias) and Qwen3 (q/k norms) all ran
 }
 
 TEST_CASE("cpu executor: a sequence hits the prefix cache and still matches the reference") {

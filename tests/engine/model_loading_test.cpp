@@ -88,6 +88,34 @@ TEST_CASE("a saved model loads back: F32 exactly, F16/BF16 within rounding, shar
   }
 }
 
+TEST_CASE("a Qwen3 model (per-head q/k norms, no qkv bias) saves and loads back; an unknown architecture is named") {
+  llama_config c = tiny();
+  c.architecture = "Qwen3ForCausalLM";
+  c.qkv_bias = false;
+  c.qk_norm = true;
+  const llama_weights w = random_llama(c, 6);
+  REQUIRE(w.layers[0].q_norm.size() == 4);
+  temp_dir d;
+  REQUIRE(save_llama(d.str(), w, dtype::f32, 1).empty());
+  auto r = load_llama(d.str());
+  REQUIRE(std::holds_alternative<std::shared_ptr<const llama_weights>>(r));
+  const auto& got = *std::get<std::shared_ptr<const llama_weights>>(r);
+  CHECK(got.cfg.qk_norm);
+  CHECK_FALSE(got.cfg.qkv_bias);
+  CHECK(got.layers[1].bq.empty());
+  CHECK(got.layers[1].k_norm == w.layers[1].k_norm);
+  CHECK(got.bytes() == w.bytes());
+  // A Qwen3 directory without its norms is refused, naming the tensor.
+  fs::remove(d.path / "model.safetensors");
+  llama_weights without = w;
+  for (auto& l : without.layers) l.q_norm.clear();
+  REQUIRE(save_llama(d.str(), without, dtype::f32, 1).empty());
+  CHECK(load_error(d.str()).find("self_attn.q_norm.weight is missing") != std::string::npos);
+  CHECK(std::get<std::string>(parse_llama_config(R"({"architectures":["GemmaForCausalLM"]})")) ==
+        "config.json: architecture 'GemmaForCausalLM' is not one kiln runs (LlamaForCausalLM, MistralForCausalLM, "
+        "Qwen2ForCausalLM, Qwen3ForCausalLM are)");
+}
+
 TEST_CASE("a broken model directory gives one clear error line") {
   const llama_weights w = random_llama(tiny(), 6);
   CHECK(load_error("/nonexistent/model") == "/nonexistent/model: not a model directory");
@@ -99,7 +127,7 @@ TEST_CASE("a broken model directory gives one clear error line") {
     temp_dir d;
     REQUIRE(save_llama(d.str(), w).empty());
     rewrite(d.str("config.json"), "Qwen2ForCausalLM", "GPTNeoXForCausalLM");
-    CHECK(load_error(d.str()).find("unknown architecture 'GPTNeoXForCausalLM'") != std::string::npos);
+    CHECK(load_error(d.str()).find("architecture 'GPTNeoXForCausalLM' is not one kiln runs") != std::string::npos);
   }
   {
     temp_dir d;

@@ -77,6 +77,16 @@ std::vector<float> naive_next_logits_tp(const std::vector<const engine::llama_we
         q[r][p] = mul(L.wq, h, static_cast<std::size_t>(H * hd), L.bq);
         k[r][p] = mul(L.wk, h, static_cast<std::size_t>(KVH * hd), L.bk);
         v[r][p] = mul(L.wv, h, static_cast<std::size_t>(KVH * hd), L.bv);
+        if (c.qk_norm)  // Qwen3: per-head RMSNorm of q and k before RoPE
+          for (int h = 0; h < std::max(H, KVH); ++h) {
+            auto head = [&](vec& x, const vec& w, int i) {
+              const vec part(x.begin() + i * hd, x.begin() + (i + 1) * hd);
+              const vec normed = norm(part, w, c.rms_eps);
+              std::copy(normed.begin(), normed.end(), x.begin() + i * hd);
+            };
+            if (h < H) head(q[r][p], L.q_norm, h);
+            if (h < KVH) head(k[r][p], L.k_norm, h);
+          }
         rotate(q[r][p], H, hd, p, c);
         rotate(k[r][p], KVH, hd, p, c);
       }
