@@ -23,6 +23,7 @@ static std::string routing_key(const request& r) {
   // A conversation's later turns repeat its opening: the first two messages (or tokens).
   std::string key = r.team + '\n';
   for (std::size_t i = 0; i < r.messages.size() && i < 2; ++i) key += r.messages[i].role + ':' + r.messages[i].content + '\n';
+  if (r.messages.empty() && !r.prompt_text.empty()) key += r.prompt_text.substr(0, 256);
   if (r.messages.empty())
     key.append(reinterpret_cast<const char*>(r.prompt.data()), std::min<std::size_t>(r.prompt.size(), 64) * sizeof(std::int32_t));
   return key;
@@ -73,7 +74,11 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   const pool_runtime& rt = *pool.runtime;
   const config::pool_config& cfg_pool = *rt.cfg;
   // A request that arrives as tokens (the simulator's, a replayed capture) skips the template.
-  if (!r.messages.empty() || r.prompt.empty()) {
+  if (!r.prompt_text.empty()) {
+    const auto ids = rt.tokenizer->encode(r.prompt_text);
+    r.prompt.assign(ids.begin(), ids.end());
+    r.prompt_text.clear();
+  } else if (!r.messages.empty() || r.prompt.empty()) {
     auto prompt = rt.prompt_for(r);
     if (auto* e = std::get_if<std::string>(&prompt))
       return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");

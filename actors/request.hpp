@@ -113,6 +113,7 @@ struct request {
   /// variables); when set, a model with a template renders it instead of `messages`.
   std::string chat_json;
   std::int64_t created_unix = 0;  ///< when the front took it (the template's strftime_now)
+  std::string prompt_text;  ///< /v1/completions: tokenized as it is, no template
   std::vector<std::int32_t> prompt;
   caf::actor sink;   ///< receives stream_tokens (or stream_batch), then one stream_end or stream_error
   /// Its end means the client went away and the request is cancelled wherever it runs (null:
@@ -125,7 +126,7 @@ struct request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request& x) {
   return f(caf::meta::type_name("request"), x.id, x.team, x.model, x.version, x.priority, x.sampling,
-           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt, x.sink, x.owner, x.attempt);
+           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt_text, x.prompt, x.sink, x.owner, x.attempt);
 }
 
 /// Tokens a request adds to a replica's load: prompt plus the output it may produce.

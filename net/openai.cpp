@@ -250,7 +250,7 @@ void put_usage(std::string& out, const completion_usage& u) {
 }
 
 std::string chunk_head(const completion_meta& m) {
-  return "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion.chunk\",\"created\":" +
+  return "{\"id\":" + json_quote(m.id) + (m.text_completion ? ",\"object\":\"text_completion\",\"created\":" : ",\"object\":\"chat.completion.chunk\",\"created\":") +
          std::to_string(m.created) + ",\"model\":" + json_quote(m.model) + ",\"choices\":[";
 }
 
@@ -315,6 +315,59 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
   return out;
 }
 
+std::variant<completion_params, api_error> parse_completion_request(std::string_view body) {
+  json doc = json::parse(body, nullptr, false);
+  if (doc.is_discarded())
+    return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
+  if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
+  completion_params out;
+  template_parts unused;
+  bool has_prompt = false;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (key == "prompt") {
+      has_prompt = true;
+      // A string, or token ids; a list of one of either (one prompt per request).
+      const json& one = v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array()) ? v[0] : v;
+      if (one.is_string()) {
+        out.prompt_text = one.get<std::string>();
+        if (out.prompt_text.empty()) return invalid("'prompt' must not be empty.", "prompt");
+      } else if (one.is_array() && !one.empty()) {
+        for (const json& t : one) {
+          if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= (1 << 24))
+            return invalid("'prompt' token ids must be integers from 0 to 16777215.", "prompt");
+          out.prompt_ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+        }
+      } else {
+        return invalid("'prompt' must be a non-empty string or array of token ids (one prompt per request).", "prompt");
+      }
+    } else if (key == "echo") {
+      if (!v.is_null() && !v.is_boolean()) return invalid("'echo' must be a boolean.", "echo");
+      out.echo = v.is_boolean() && v.get<bool>();
+    } else if (key == "logprobs") {
+      if (!v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 0))
+        return invalid("'logprobs' is not supported yet.", "logprobs");
+    } else if (key == "best_of") {
+      if (!v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1)) return invalid("Only best_of = 1 is supported.", key);
+    } else if (key == "suffix") {
+      if (!v.is_null()) return invalid("'suffix' is not supported.", key);
+    } else if (key == "messages" || key == "tools" || key == "tool_choice" || key == "parallel_tool_calls" ||
+               key == "response_format" || key == "chat_template_kwargs" || key == "top_logprobs" ||
+               key == "max_completion_tokens") {
+      return invalid("Unrecognized request argument supplied: " + key, key);
+    } else if (auto e = read_field(key, v, out.common, unused)) {
+      return *e;
+    }
+  }
+  if (out.common.max_tokens == 0) out.common.max_tokens = 16;  // OpenAI's default for completions
+  if (out.common.model.empty()) return invalid("you must provide a model parameter", "model");
+  if (!has_prompt) return invalid("'prompt' is a required property.", "prompt");
+  if (out.echo && out.prompt_text.empty())
+    return invalid("'echo' needs the prompt as text; kiln does not echo token ids.", "echo");
+  return out;
+}
+
 std::string error_json(const api_error& e) {
   auto opt = [](const std::string& s) { return s.empty() ? std::string("null") : json_quote(s); };
   return "{\"error\":{\"message\":" + json_quote(e.message) + ",\"type\":" + json_quote(e.type) +
@@ -328,22 +381,26 @@ std::string chunk_role_json(const completion_meta& m) {
 std::string chunk_content_json(const completion_meta& m, std::string_view text) {
   std::string out = content_event_prefix(m).substr(6);  // without "data: "
   append_json_quoted(out, text);
-  out += kContentSuffix;
+  out += content_suffix(m);
   return out;
 }
 
 std::string content_event_prefix(const completion_meta& m) {
-  return "data: " + chunk_head(m) + "{\"index\":0,\"delta\":{\"content\":";
+  return "data: " + chunk_head(m) + (m.text_completion ? "{\"index\":0,\"text\":" : "{\"index\":0,\"delta\":{\"content\":");
 }
 
-void append_content_event(std::string& out, std::string_view prefix, std::string_view text) {
+std::string_view content_suffix(const completion_meta& m) { return m.text_completion ? kTextSuffix : kContentSuffix; }
+
+void append_content_event(std::string& out, std::string_view prefix, std::string_view text, std::string_view suffix) {
   out += prefix;
   append_json_quoted(out, text);
-  out += kContentSuffix;
+  out += suffix;
   out += "\n\n";
 }
 
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason) {
+  if (m.text_completion)
+    return chunk_head(m) + "{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":" + json_quote(finish_reason) + "}]}";
   return chunk_head(m) + "{\"index\":0,\"delta\":{},\"finish_reason\":" + json_quote(finish_reason) + "}]}";
 }
 
@@ -375,6 +432,13 @@ std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<to
 
 std::string completion_json(const completion_meta& m, std::string_view text,
                             std::string_view finish_reason, const completion_usage& u, const std::vector<tool_call>& calls) {
+  if (m.text_completion) {
+    std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"text_completion\",\"created\":" +
+                      std::to_string(m.created) + ",\"model\":" + json_quote(m.model) + ",\"choices\":[{\"index\":0,\"text\":" +
+                      json_quote(text) + ",\"logprobs\":null,\"finish_reason\":" + json_quote(finish_reason) + "}],";
+    put_usage(out, u);
+    return out + "}";
+  }
   const std::string content = calls.empty() || !text.empty() ? json_quote(text) : std::string("null");
   std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion\",\"created\":" +
                     std::to_string(m.created) + ",\"model\":" + json_quote(m.model) +

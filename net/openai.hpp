@@ -44,6 +44,15 @@ struct chat_params {
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);
 
+/// POST /v1/completions: a prompt as text or token ids; echo; no messages or tools.
+struct completion_params {
+  chat_params common;  ///< model, stream, sampling, stop, include_usage (messages empty)
+  std::string prompt_text;
+  std::vector<std::int32_t> prompt_ids;
+  bool echo = false;
+};
+std::variant<completion_params, api_error> parse_completion_request(std::string_view body);
+
 /// {"error":{"message","type","param","code"}}
 std::string error_json(const api_error& e);
 /// JSON string literal (quotes included) of arbitrary bytes; invalid UTF-8 becomes U+FFFD.
@@ -53,9 +62,10 @@ void append_json_quoted(std::string& out, std::string_view s);
 
 /// What every chunk and completion of one request has in common.
 struct completion_meta {
-  std::string id;       ///< "chatcmpl-..."
+  std::string id;       ///< "chatcmpl-..." (or "cmpl-...")
   std::int64_t created = 0;
   std::string model;
+  bool text_completion = false;  ///< /v1/completions' shapes: "text_completion" objects, choices[].text
 };
 
 struct completion_usage {
@@ -76,8 +86,12 @@ std::string chunk_content_json(const completion_meta& m, std::string_view text);
 std::string content_event_prefix(const completion_meta& m);
 /// ... then, per token, appended to the stream's reused buffer with the content quoted and
 /// the chunk's end: the same bytes as append_sse_event(chunk_content_json(m, text)).
-void append_content_event(std::string& out, std::string_view prefix, std::string_view text);
 inline constexpr std::string_view kContentSuffix = "},\"finish_reason\":null}]}";
+inline constexpr std::string_view kTextSuffix = ",\"logprobs\":null,\"finish_reason\":null}]}";
+/// What follows the quoted text in a content event of this shape.
+std::string_view content_suffix(const completion_meta& m);
+void append_content_event(std::string& out, std::string_view prefix, std::string_view text,
+                          std::string_view suffix = kContentSuffix);
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason);
 std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
 std::string completion_json(const completion_meta& m, std::string_view text,

@@ -31,6 +31,8 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   ~chat_call() override { release(); }
 
   void start(actors::request r);
+  /// /v1/completions' echo: the answer begins with the prompt's text.
+  void echo(std::string prompt) { echo_ = std::move(prompt); }
 
   // The hub's events, on the connection's strand (or the one I/O thread).
   void on_tokens(actors::stream_tokens ev) override {
@@ -50,15 +52,16 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
       f_.deps.metrics->tokens_streamed += static_cast<std::uint64_t>(ev.tokens);
     }
     if (!stream_) {
+      if (text_.empty() && !echo_.empty()) text_ = std::exchange(echo_, {});
       text_ += ev.text;
       return;
     }
     open_stream();
     if (tools_) {
       const std::string safe = tools_->feed(ev.text);
-      if (!safe.empty()) append_content_event(sse_, content_prefix_, safe);
+      if (!safe.empty()) append_content_event(sse_, content_prefix_, safe, content_suffix(meta_));
     } else if (!ev.text.empty()) {
-      append_content_event(sse_, content_prefix_, ev.text);
+      append_content_event(sse_, content_prefix_, ev.text, content_suffix(meta_));
     }
     flush();
   }
@@ -83,13 +86,14 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     const std::string finish_reason = parsed.calls.empty() ? ev.finish_reason : std::string("tool_calls");
     if (stream_) {
       open_stream();
-      if (!parsed.content.empty()) append_content_event(sse_, content_prefix_, parsed.content);
+      if (!parsed.content.empty()) append_content_event(sse_, content_prefix_, parsed.content, content_suffix(meta_));
       if (!parsed.calls.empty()) append_sse_event(sse_, chunk_tool_calls_json(meta_, parsed.calls));
       append_sse_event(sse_, chunk_finish_json(meta_, finish_reason));
       if (include_usage_) append_sse_event(sse_, chunk_usage_json(meta_, u));
       append_sse_event(sse_, kSseDone);
       ex_->end_stream(200, sse_);
     } else {
+      if (text_.empty() && !echo_.empty()) text_ = std::exchange(echo_, {});  // nothing generated
       const std::string& text = tools_ ? parsed.content : text_;
       ex_->respond(200, completion_json(meta_, text, finish_reason, u, parsed.calls), "application/json", rate_headers_);
     }
@@ -140,8 +144,9 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     if (opened_) return;
     opened_ = true;
     ex_->begin_stream(rate_headers_);
-    append_sse_event(sse_, chunk_role_json(meta_));
     content_prefix_ = content_event_prefix(meta_);
+    if (!meta_.text_completion) append_sse_event(sse_, chunk_role_json(meta_));
+    if (!echo_.empty()) append_content_event(sse_, content_prefix_, std::exchange(echo_, {}), content_suffix(meta_));
   }
   void flush() {
     ex_->stream(sse_);
@@ -173,6 +178,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   header_list rate_headers_;
   std::string text_, sse_;  ///< sse_: this stream's events since the last flush (its capacity is kept)
   std::string content_prefix_;  ///< "data: " and the chunk up to its content, rendered once
+  std::string echo_;            ///< the prompt, until the answer's first bytes carry it
   completion_usage usage_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_token_, last_token_;
@@ -212,25 +218,22 @@ tool_format tools_format_for(const config::kiln_config& cfg, const chat_params& 
   return pool ? tool_format_named(pool->tool_call_format).value_or(tool_format::none) : tool_format::none;
 }
 
-void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
-  auto parsed = parse_chat_request(ex->request().body);
-  if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
-  auto& p = std::get<chat_params>(parsed);
-  actors::request r;
+// What chat and text completions share: priority, ids, team, sampling. False: answered (400).
+bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& p, actors::request& r) {
   const std::string prio = ex->request().header("x-priority");
   if (!prio.empty()) {
     auto tier = engine::parse_priority(prio);
-    if (!tier)
-      return ex->respond(400, error_json({400, "invalid_request_error", "x-priority must be interactive, standard or batch.",
-                                          "x-priority", ""}));
+    if (!tier) {
+      ex->respond(400, error_json({400, "invalid_request_error", "x-priority must be interactive, standard or batch.",
+                                   "x-priority", ""}));
+      return false;
+    }
     r.priority = *tier;
   }
   r.id = f.deps.ids->next();
   r.team = ex->who().team;
   r.model = p.model;
   r.conversation_id = ex->request().header("x-conversation-id");
-  for (auto& m : p.messages) r.messages.push_back({std::move(m.role), std::move(m.content)});
-  r.chat_json = std::move(p.template_json);
   r.created_unix = unix_now();
   r.sampling.max_tokens = p.max_tokens;
   r.sampling.temperature = p.temperature;
@@ -240,8 +243,34 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   r.sampling.stop = std::move(p.stop);
   ex->log().team = r.team;
   ex->log().model = p.model;
+  return true;
+}
+
+void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
+  auto parsed = parse_chat_request(ex->request().body);
+  if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
+  auto& p = std::get<chat_params>(parsed);
+  actors::request r;
+  if (!common_request(f, ex, p, r)) return;
+  for (auto& m : p.messages) r.messages.push_back({std::move(m.role), std::move(m.content)});
+  r.chat_json = std::move(p.template_json);
   auto call = std::make_shared<chat_call>(f, ex, p.stream, p.include_usage, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model},
                                            tools_format_for(*f.deps.cfg, p));
+  call->start(std::move(r));
+}
+
+// POST /v1/completions: the prompt goes to the model as it is (no template), as text or ids.
+void handle_completion(front& f, const std::shared_ptr<exchange>& ex) {
+  auto parsed = parse_completion_request(ex->request().body);
+  if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
+  auto& p = std::get<completion_params>(parsed);
+  actors::request r;
+  if (!common_request(f, ex, p.common, r)) return;
+  r.prompt = std::move(p.prompt_ids);
+  r.prompt_text = p.prompt_text;
+  completion_meta meta{"cmpl-" + r.id.str(), unix_now(), p.common.model, true};
+  auto call = std::make_shared<chat_call>(f, ex, p.common.stream, p.common.include_usage, std::move(meta), tool_format::none);
+  if (p.echo) call->echo(p.prompt_text);
   call->start(std::move(r));
 }
 
@@ -250,6 +279,8 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
 void add_openai_routes(front& f) {
   f.routes.add("POST", "/v1/chat/completions", access::team,
                [&f](const std::shared_ptr<exchange>& ex, const route_params&) { handle_chat(f, ex); });
+  f.routes.add("POST", "/v1/completions", access::team,
+               [&f](const std::shared_ptr<exchange>& ex, const route_params&) { handle_completion(f, ex); });
   f.routes.add("GET", "/v1/models", access::team, [&f](const std::shared_ptr<exchange>& ex, const route_params&) {
     ex->respond(200, models_json(*f.deps.cfg, unix_now()));
   });

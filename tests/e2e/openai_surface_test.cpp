@@ -131,3 +131,35 @@ TEST_CASE("e2e openai: tools, tool calls and template variables reach a real tem
   CHECK(back["prompt"] == rendered);
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("e2e openai: /v1/completions with a text or token-id prompt, echo, streamed and not") {
+  kiln_process p(test_config(1));
+  const json text = json::parse(request(p.port(), "POST", "/v1/completions",
+                                        R"({"model":"chat-7b","prompt":"the kiln","max_tokens":4,"echo":true})", kAuth).body);
+  CHECK(text["object"] == "text_completion");
+  CHECK(text["id"].get<std::string>().rfind("cmpl-", 0) == 0);
+  const std::string out = text["choices"][0]["text"];
+  CHECK(out.rfind("the kiln", 0) == 0);
+  CHECK(out.size() > 8);
+  CHECK(text["usage"]["prompt_tokens"] == 2);  // the prompt as it is, no template around it
+  CHECK(text["usage"]["completion_tokens"] == 4);
+  const json ids = json::parse(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":[7,8,9],"max_tokens":2})", kAuth).body);
+  CHECK(ids["usage"]["prompt_tokens"] == 3);
+  CHECK(ids["choices"][0]["finish_reason"] == "length");
+  const http_response s = request(p.port(), "POST", "/v1/completions",
+                                  R"({"model":"chat-7b","prompt":"clay","max_tokens":3,"stream":true,"echo":true})", kAuth);
+  REQUIRE(s.status == 200);
+  const auto events = sse_data(s.body);
+  REQUIRE(events.size() >= 5);  // echo, 3 tokens, finish, usage, [DONE]
+  CHECK(json::parse(events[0])["choices"][0]["text"] == "clay");
+  std::string streamed;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    CHECK(e["object"] == "text_completion");
+    if (!e["choices"].empty()) streamed += e["choices"][0]["text"].get<std::string>();
+  }
+  CHECK(streamed.rfind("clay", 0) == 0);
+  CHECK(events.back() == "[DONE]");
+  CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":"x","logprobs":5})", kAuth).status == 400);
+  CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"nope","prompt":"x"})", kAuth).status == 404);
+}

@@ -118,6 +118,54 @@ TEST_CASE("openai: tools, tool calls and template variables reach the template a
   CHECK(std::get<chat_params>(none).include_usage);
 }
 
+TEST_CASE("openai: /v1/completions requests: a text or token-id prompt, echo, and what is refused") {
+  auto ok = [](const std::string& body) {
+    auto r = parse_completion_request(body);
+    if (auto* e = std::get_if<api_error>(&r)) FAIL(e->message);
+    return std::get<completion_params>(r);
+  };
+  const auto text = ok(R"({"model":"m","prompt":"Once","echo":true,"stream":true,"logprobs":null,"best_of":1,"suffix":null})");
+  CHECK(text.prompt_text == "Once");
+  CHECK(text.echo);
+  CHECK(text.common.stream);
+  CHECK(text.common.max_tokens == 16);  // OpenAI's default here
+  CHECK(ok(R"({"model":"m","prompt":["One"],"max_tokens":3})").prompt_text == "One");
+  CHECK(ok(R"({"model":"m","prompt":[1,2,3]})").prompt_ids == std::vector<std::int32_t>{1, 2, 3});
+  CHECK(ok(R"({"model":"m","prompt":[[4,5]],"max_tokens":2})").prompt_ids == std::vector<std::int32_t>{4, 5});
+  struct bad_case { const char* body; const char* param; };
+  for (const auto& b : {bad_case{R"({"model":"m"})", "prompt"}, bad_case{R"({"model":"m","prompt":""})", "prompt"},
+                        bad_case{R"({"model":"m","prompt":["a","b"]})", "prompt"}, bad_case{R"({"model":"m","prompt":[1,-2]})", "prompt"},
+                        bad_case{R"({"model":"m","prompt":[]})", "prompt"}, bad_case{R"({"model":"m","prompt":[1],"echo":true})", "echo"},
+                        bad_case{R"({"model":"m","prompt":"a","logprobs":1})", "logprobs"},
+                        bad_case{R"({"model":"m","prompt":"a","suffix":"z"})", "suffix"},
+                        bad_case{R"({"model":"m","prompt":"a","best_of":2})", "best_of"},
+                        bad_case{R"({"model":"m","prompt":"a","messages":[]})", "messages"},
+                        bad_case{R"({"model":"m","prompt":"a","max_tokens":0})", "max_tokens"},
+                        bad_case{R"({"prompt":"a"})", "model"}}) {
+    CAPTURE(b.body);
+    auto r = parse_completion_request(b.body);
+    REQUIRE(std::holds_alternative<api_error>(r));
+    CHECK(std::get<api_error>(r).param == b.param);
+  }
+}
+
+TEST_CASE("openai: text completion shapes") {
+  const completion_meta m{"cmpl-1", 1700000000, "m", true};
+  const json chunk = json::parse(chunk_content_json(m, "hi"));
+  CHECK(chunk["object"] == "text_completion");
+  CHECK(chunk["choices"][0]["text"] == "hi");
+  CHECK(chunk["choices"][0]["logprobs"].is_null());
+  CHECK(chunk["choices"][0]["finish_reason"].is_null());
+  std::string event;
+  append_content_event(event, content_event_prefix(m), "a\"b", content_suffix(m));
+  CHECK(json::parse(event.substr(6))["choices"][0]["text"] == "a\"b");
+  CHECK(json::parse(chunk_finish_json(m, "length"))["choices"][0]["finish_reason"] == "length");
+  const json full = json::parse(completion_json(m, "done", "stop", completion_usage{3, 1, 0, "v1", "r", "x", 1.0}));
+  CHECK(full["object"] == "text_completion");
+  CHECK(full["choices"][0]["text"] == "done");
+  CHECK(full["usage"]["total_tokens"] == 4);
+}
+
 TEST_CASE("openai: error object and chunk shapes") {
   const json e = json::parse(error_json({401, "invalid_request_error", "bad key", "", "invalid_api_key"}));
   CHECK(e["error"]["message"] == "bad key");

@@ -32,6 +32,39 @@ try {
 } catch (e) {
   if (!(e instanceof OpenAI.NotFoundError) || e.code !== "model_not_found") fail("404: " + e);
 }
+// Tools and the fields agent frameworks send pass through; usage can be left out of a stream.
+const withTools = await client.chat.completions.create({
+  model: "chat-7b", max_tokens: 3, tool_choice: "auto", parallel_tool_calls: true, user: null,
+  response_format: { type: "text" },
+  tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }],
+  messages: [{ role: "user", content: "Weather?" },
+             { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Oslo\"}" } }] },
+             { role: "tool", tool_call_id: "c1", content: "21C" }],
+});
+if (withTools.usage.completion_tokens !== 3) fail("tools: " + JSON.stringify(withTools.usage));
+const quiet = await client.chat.completions.create({
+  model: "chat-7b", stream: true, max_tokens: 2, stream_options: { include_usage: false },
+  messages: [{ role: "user", content: "Hi" }],
+});
+for await (const chunk of quiet) if (chunk.usage) fail("usage chunk despite include_usage false");
+try {
+  await client.chat.completions.create({ model: "chat-7b", response_format: { type: "json_object" }, messages: [{ role: "user", content: "x" }] });
+  fail("json_object accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.BadRequestError) || e.param !== "response_format") fail("json_object: " + e);
+}
+
+// /v1/completions: text and token-id prompts, echo, streamed and not.
+const cmpl = await client.completions.create({ model: "chat-7b", prompt: "The kiln", max_tokens: 5, echo: true });
+if (cmpl.object !== "text_completion" || !cmpl.choices[0].text.startsWith("The kiln") || cmpl.usage.completion_tokens !== 5)
+  fail("completions: " + JSON.stringify(cmpl));
+const byIds = await client.completions.create({ model: "chat-7b", prompt: [5, 6, 7], max_tokens: 2 });
+if (byIds.usage.prompt_tokens !== 3 || byIds.usage.completion_tokens !== 2) fail("token-id prompt: " + JSON.stringify(byIds.usage));
+let streamed = "";
+for await (const chunk of await client.completions.create({ model: "chat-7b", prompt: "Clay", max_tokens: 4, stream: true }))
+  streamed += chunk.choices[0]?.text ?? "";
+if (!streamed) fail("streamed completion");
+
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === "chat-7b")) fail("models list");
-console.log("openai node sdk: stream, completion, 404 and models all as expected");
+console.log("openai node sdk: stream, completion, 404, tools, include_usage, completions and models all as expected");
