@@ -28,7 +28,7 @@ using node_ptr = std::shared_ptr<node>;
 using body = std::vector<node_ptr>;
 
 struct node {
-  enum class type { text, output, if_, for_, set };
+  enum class type { text, output, if_, for_, set, break_, continue_ };
   type kind = type::text;
   std::string text;                                  // text
   expr_ptr e;                                        // output, set value, for iterable

@@ -17,6 +17,9 @@ namespace {
 struct render_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// {% break %} and {% continue %} unwind to their loop.
+struct loop_break {};
+struct loop_continue {};
 
 constexpr std::size_t kMaxOutput = 16 << 20;
 constexpr std::size_t kMaxSteps = 5'000'000;
@@ -194,6 +197,8 @@ class renderer {
           }
         break;
       case node::type::for_: exec_for(n); break;
+      case node::type::break_: throw loop_break{};
+      case node::type::continue_: throw loop_continue{};
       case node::type::set: {
         const value v = eval(*n.e);
         const std::string& target = n.targets[0];
@@ -232,8 +237,15 @@ class renderer {
       if (i > 0) loop["previtem"] = items[static_cast<std::size_t>(i - 1)];
       if (i + 1 < len) loop["nextitem"] = items[static_cast<std::size_t>(i + 1)];
       scopes_.back()["loop"] = value(std::move(loop));
-      run(n.inner);
+      bool stop = false;
+      try {
+        run(n.inner);
+      } catch (const loop_continue&) {
+      } catch (const loop_break&) {
+        stop = true;
+      }
       scopes_.pop_back();
+      if (stop) break;
     }
   }
 
@@ -633,6 +645,10 @@ std::variant<std::string, template_error> program::render(const dict& context, s
     return std::move(r.out);
   } catch (const render_error& e) {
     return template_error{e.what()};
+  } catch (const loop_break&) {
+    return template_error{"'break' outside a loop"};
+  } catch (const loop_continue&) {
+    return template_error{"'continue' outside a loop"};
   }
 }
 

@@ -489,6 +489,11 @@ class parser {
         n->e = p.expression();
         if (!p.done()) p.fail("unexpected text");
         out.push_back(n);
+      } else if (word == "break" || word == "continue") {  // transformers enables jinja2.ext.loopcontrols
+        if (!p.done()) p.fail("unexpected text");
+        auto n = std::make_shared<node>();
+        n->kind = word == "break" ? node::type::break_ : node::type::continue_;
+        out.push_back(n);
       } else if (word == "generation" || word == "endgeneration") {
         // Markers some templates use for training masks; they render nothing.
       } else {

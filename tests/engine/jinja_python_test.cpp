@@ -67,3 +67,16 @@ TEST_CASE("jinja: strftime_now formats the render's time; a conversation's keys 
   CHECK(run("{{ messages[0].tool_calls[0].function.arguments.city }}",
             {{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"function", {{"arguments", {{"city", "Oslo"}}}}}}}}}}}}) == "Oslo");
 }
+
+TEST_CASE("jinja: break and continue, as transformers' loopcontrols; outside a loop they are errors") {
+  const ojson c = {{"xs", {1, 2, 3, 4, 5}}};
+  CHECK(run("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}", c) ==
+        "13");
+  // The last user message, found from the end (what Qwen-style templates look for).
+  CHECK(run("{% for m in msgs[::-1] %}{% if m.role == 'user' %}{{ m.content }}{% break %}{% endif %}{% endfor %}",
+            {{"msgs", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}, {{"role", "assistant"}, {"content", "c"}}}}}) ==
+        "b");
+  CHECK(run("{% for x in xs %}{% for y in xs %}{% break %}{% endfor %}{{ x }}{% endfor %}", c) == "12345");  // the inner loop only
+  CHECK(run("{% break %}") == "ERROR: 'break' outside a loop");
+  CHECK(run("{% continue x %}").rfind("PARSE: ", 0) == 0);
+}
