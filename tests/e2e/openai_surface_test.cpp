@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -162,4 +163,40 @@ TEST_CASE("e2e openai: /v1/completions with a text or token-id prompt, echo, str
   CHECK(events.back() == "[DONE]");
   CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":"x","logprobs":5})", kAuth).status == 400);
   CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"nope","prompt":"x"})", kAuth).status == 404);
+}
+
+TEST_CASE("e2e openai fuzz: mutated completions, tokenize and tool requests are answered, never a crash") {
+  kiln_process p(test_config(1));
+  std::mt19937 rng(20261201);
+  const std::vector<std::pair<std::string, std::string>> valid = {
+      {"/v1/completions", R"({"model":"chat-7b","prompt":"the kiln","max_tokens":2,"echo":true})"},
+      {"/v1/completions", R"({"model":"chat-7b","prompt":[[1,2,3]],"max_tokens":2,"stream":true})"},
+      {"/tokenize", R"({"model":"chat-7b","messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false,"tools":[{"type":"function","function":{"name":"f"}}]})"},
+      {"/detokenize", R"({"model":"chat-7b","tokens":[1,2,3]})"},
+      {"/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"a","content":"1"}],"chat_template_kwargs":{"k":[1,{"z":null}]}})"}};
+  int answered = 0, total = 0;
+  for (int i = 0; i < 200; ++i) {
+    const auto& [path, body] = valid[rng() % valid.size()];
+    std::string b = body;
+    switch (rng() % 4) {
+      case 0: b[rng() % b.size()] = static_cast<char>(rng() % 256); break;
+      case 1: b.erase(rng() % b.size()); break;
+      case 2: b.insert(rng() % b.size(), std::string(1 + rng() % 4, static_cast<char>(rng() % 256))); break;
+      case 3: break;  // as it is
+    }
+    ++total;
+    const http_response r = request(p.port(), "POST", path, b, kAuth);
+    if (r.status == 200) {
+      ++answered;
+      continue;
+    }
+    CHECK(r.status >= 400);
+    CHECK(r.status < 600);
+    const json e = json::parse(r.body, nullptr, false);
+    CHECK((!e.is_discarded() && e.contains("error")));
+    ++answered;
+  }
+  CHECK(answered == total);
+  CHECK(request(p.port(), "GET", "/healthz").status == 200);
+  CHECK(request(p.port(), "POST", valid[0].first, valid[0].second, kAuth).status == 200);
 }

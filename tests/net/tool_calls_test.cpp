@@ -2,6 +2,8 @@
 // JSON formats; anything that is not a well-formed call stays text.
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include <nlohmann/json.hpp>
 
 #include "net/tool_calls.hpp"
@@ -81,5 +83,22 @@ TEST_CASE("tool calls streamed: text goes out at once, a call is held whole, in 
     CHECK(end3.calls.empty());
     auto [sent4, end4] = stream("Plain answer {not a call}", tool_format::llama3_json, n);
     CHECK(sent4 + end4.content == "Plain answer {not a call}");
+  }
+}
+
+TEST_CASE("tool calls: random output never breaks the parser; streamed text plus what is held is the whole answer") {
+  std::mt19937 rng(7);
+  const std::vector<std::string> parts = {"<tool_call>", "</tool_call>", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "{", "}",
+                                          "\"", "<|python_tag|>", ";", " ", "text", "\xff", "<tool_", "\n"};
+  for (int i = 0; i < 2000; ++i) {
+    std::string text;
+    for (int k = static_cast<int>(rng() % 8); k >= 0; --k) text += parts[rng() % parts.size()];
+    for (tool_format f : {tool_format::hermes, tool_format::llama3_json}) {
+      CAPTURE(text);
+      const auto whole = parse_tool_calls(text, f, "r");
+      auto [sent, end] = stream(text, f, 1 + rng() % 5);
+      if (end.calls.empty()) CHECK(sent + end.content == text);  // nothing taken as a call: all of it is text
+      for (const auto& c : whole.calls) CHECK_FALSE(nlohmann::json::parse(c.arguments, nullptr, false).is_discarded());
+    }
   }
 }
