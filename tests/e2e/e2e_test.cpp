@@ -337,21 +337,11 @@ TEST_CASE("e2e fuzz: malformed and hostile requests get answers, never a crash")
     }
     bodies.push_back(b);
   }
-  int answered = 0;
   for (const auto& b : bodies) {
     const http_response r = request(port, "POST", "/v1/chat/completions", b, kAuth);
-    if (r.status == 200) {
-      ++answered;
-      continue;
-    }
-    CHECK(r.status >= 400);
-    CHECK(r.status < 600);
-    const json e = json::parse(r.body, nullptr, false);
-    CHECK_FALSE(e.is_discarded());
-    if (!e.is_discarded()) CHECK(e.contains("error"));
-    ++answered;
+    CAPTURE(r.status);
+    CHECK(is_answer(r));
   }
-  CHECK(answered == static_cast<int>(bodies.size()));
   // Raw garbage at the HTTP layer, and headers of every odd shape.
   for (int i = 0; i < 40; ++i) {
     http_conn c(port, 2000);

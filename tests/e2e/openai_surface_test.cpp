@@ -174,7 +174,6 @@ TEST_CASE("e2e openai fuzz: mutated completions, tokenize and tool requests are 
       {"/tokenize", R"({"model":"chat-7b","messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false,"tools":[{"type":"function","function":{"name":"f"}}]})"},
       {"/detokenize", R"({"model":"chat-7b","tokens":[1,2,3]})"},
       {"/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"a","content":"1"}],"chat_template_kwargs":{"k":[1,{"z":null}]}})"}};
-  int answered = 0, total = 0;
   for (int i = 0; i < 200; ++i) {
     const auto& [path, body] = valid[rng() % valid.size()];
     std::string b = body;
@@ -184,19 +183,10 @@ TEST_CASE("e2e openai fuzz: mutated completions, tokenize and tool requests are 
       case 2: b.insert(rng() % b.size(), std::string(1 + rng() % 4, static_cast<char>(rng() % 256))); break;
       case 3: break;  // as it is
     }
-    ++total;
     const http_response r = request(p.port(), "POST", path, b, kAuth);
-    if (r.status == 200) {
-      ++answered;
-      continue;
-    }
-    CHECK(r.status >= 400);
-    CHECK(r.status < 600);
-    const json e = json::parse(r.body, nullptr, false);
-    CHECK((!e.is_discarded() && e.contains("error")));
-    ++answered;
+    CAPTURE(r.status);
+    CHECK(is_answer(r));
   }
-  CHECK(answered == total);
   CHECK(request(p.port(), "GET", "/healthz").status == 200);
   CHECK(request(p.port(), "POST", valid[0].first, valid[0].second, kAuth).status == 200);
 }

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <thread>
 #include <cctype>
+
+#include <nlohmann/json.hpp>
 #include <cstring>
 #include <utility>
 
@@ -177,6 +179,13 @@ bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds withi
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return ok();
+}
+
+bool is_answer(const http_response& r) {
+  if (r.status == 200) return true;
+  if (r.status < 400 || r.status >= 600) return false;
+  const auto e = nlohmann::json::parse(r.body, nullptr, false);
+  return !e.is_discarded() && e.is_object() && e.contains("error");
 }
 
 }  // namespace kiln::test

@@ -55,5 +55,7 @@ double metric(int port, const std::string& name);
 bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds within);
 /// The payloads of every "data:" line of an SSE body.
 std::vector<std::string> sse_data(const std::string& body);
+/// A 200, or a 4xx/5xx whose body is an OpenAI error object: what any request must get.
+bool is_answer(const http_response& r);
 
 }  // namespace kiln::test
