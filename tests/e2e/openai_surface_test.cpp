@@ -31,6 +31,7 @@ std::string chat(const std::string& model, const std::string& extra) {
 
 // A template that shows what it was given: tools as JSON, one variable, the year.
 constexpr const char* kToolTemplate =
+    "{%- if messages[0].role == 'assistant' %}{{ raise_exception('Conversations start with the user.') }}{% endif -%}"
     "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif -%}"
     "{%- if mood is defined %}mood={{ mood }}\n{% endif -%}"
     "year={{ strftime_now('%Y') }}\n"
@@ -126,6 +127,14 @@ TEST_CASE("e2e openai: tools, tool calls and template variables reach a real tem
 <call>{"city": "Oslo"}</call><|im_end|>)") != std::string::npos);
   CHECK(rendered.find("<|im_start|>tool\n21C<|im_end|>\n") != std::string::npos);
   CHECK(rendered.find("<|im_start|>assistant\n", rendered.size() - 30) == std::string::npos);  // no generation prompt
+  // A template that raises: the request is a 400 carrying the template's message.
+  for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+    const http_response raised = request(p.port(), "POST", path,
+                                         R"({"model":"tiny-chat","messages":[{"role":"assistant","content":"hi"}]})", kAuth);
+    CHECK(raised.status == 400);
+    CHECK(json::parse(raised.body)["error"]["message"].get<std::string>().find("Conversations start with the user.") !=
+          std::string::npos);
+  }
   // Ids round-trip through /detokenize (special tokens included).
   const json back = json::parse(request(p.port(), "POST", "/detokenize",
                                         R"({"model":"tiny-chat","tokens":)" + call["tokens"].dump() + "}", kAuth).body);
