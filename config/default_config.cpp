@@ -49,6 +49,7 @@ restart_period_ms = 60000     # the pool is degraded (503, Retry-After) for one 
 capacity_tokens = 0           # tokens in flight a replica carries at full load; 0: its KV cache
 queue_limit = 256             # requests waiting in admission when the pool is full
 gpu_hour_usd = 2.50           # one GPU-hour (seed 000): /metrics reports USD per million tokens
+tool_call_format = "none"     # how the model writes tool calls: hermes (Qwen), llama3_json (Llama 3.1/3.2)
 
 # Shape of a 7B GQA decoder (32 layers, 8 KV heads) in FP16: 131,072 KV bytes per token.
 [pools.shape]
