@@ -43,13 +43,8 @@ std::string admission_state::version_of(const std::string& model, const request&
 }
 
 std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::actor_clock::time_point now) const {
-  std::string model = r.model, version;
-  if (const auto at = model.find('@'); at != std::string::npos) {
-    version = model.substr(at + 1);
-    model.resize(at);
-  } else {
-    version = version_of(model, r);
-  }
+  auto [model, version] = config::split_model_ref(r.model);
+  if (version.empty()) version = version_of(model, r);
   auto it = pools.find(model + "@" + version);
   if (!version.empty() && it == pools.end() && routes.contains(model) && r.model == model)
     return refuse(r, errc::unavailable, "The model '" + r.model + "' is loading.", "", 2);  // a routed version's pool starting

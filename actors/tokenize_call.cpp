@@ -32,14 +32,8 @@ std::vector<chat_turn> turns_of(const std::string& chat_json) {
 }  // namespace
 
 tokenize_result run_tokenize(const admission_state& st, const tokenize_request& q) {
-  std::string model = q.model, version;
-  request probe;
-  if (const auto at = model.find('@'); at != std::string::npos) {
-    version = model.substr(at + 1);
-    model.resize(at);
-  } else {
-    version = st.version_of(model, probe);
-  }
+  auto [model, version] = config::split_model_ref(q.model);
+  if (version.empty()) version = st.version_of(model, request{});
   auto it = st.pools.find(model + "@" + version);
   if (version.empty() || it == st.pools.end())
     return failed(errc::unknown_model, "The model '" + q.model + "' does not exist.", "model");

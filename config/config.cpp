@@ -403,6 +403,12 @@ std::int64_t pool_config::pool_capacity_tokens() const {
   return static_cast<std::int64_t>(engine_kv_blocks() - 1) * block_size * replicas;
 }
 
+std::pair<std::string, std::string> split_model_ref(std::string_view ref) {
+  const auto at = ref.find('@');
+  if (at == std::string_view::npos) return {std::string(ref), {}};
+  return {std::string(ref.substr(0, at)), std::string(ref.substr(at + 1))};
+}
+
 const pool_config* kiln_config::pool_for(std::string_view model, std::string_view version) const {
   for (const auto& p : pools)
     if (p.model == model && p.version == version) return &p;

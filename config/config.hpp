@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -184,6 +185,10 @@ struct kiln_config {
 struct config_error {
   std::string message;
 };
+
+/// A request's model: "model@version" as {model, version}; a plain name as {name, ""} (the
+/// version is then its route's or its configured live one).
+std::pair<std::string, std::string> split_model_ref(std::string_view ref);
 
 std::variant<kiln_config, config_error> parse_config(std::string_view toml_text, std::string_view origin);
 std::variant<kiln_config, config_error> load_config_file(const std::string& path);

@@ -33,14 +33,13 @@ std::variant<chat_template, std::string> chat_template::from_tokenizer_config(co
     return {};
   };
   std::string text(template_text);
-  if (!text.empty()) {
-  } else if (j.contains("chat_template") && j["chat_template"].is_string()) {
-    text = j["chat_template"].get<std::string>();
-  } else if (j.contains("chat_template") && j["chat_template"].is_array()) {
-    for (const auto& t : j["chat_template"])
+  static const nlohmann::json absent;
+  const nlohmann::json& given = j.contains("chat_template") ? j["chat_template"] : absent;
+  if (text.empty() && given.is_string()) text = given.get<std::string>();
+  if (text.empty() && given.is_array())
+    for (const auto& t : given)
       if (t.is_object() && t.value("name", std::string()) == "default" && t.contains("template") && t["template"].is_string())
         text = t["template"].get<std::string>();
-  }
   if (text.empty()) return path + ": no chat_template";
   auto t = make(text, token("bos_token"), token("eos_token"));
   if (auto* e = std::get_if<std::string>(&t)) return path + ": " + *e;

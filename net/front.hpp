@@ -2,6 +2,7 @@
 // What the front's connections and handlers share (internal to net/): the server's
 // dependencies, whether it drains, and the route table.
 #include <atomic>
+#include <cstdint>
 
 #include "net/http_server.hpp"
 #include "net/routes.hpp"
@@ -15,6 +16,9 @@ struct front {
   route_table routes;
   caf::actor hub;  ///< the one sink of every stream this front serves (net/stream_hub.hpp)
 };
+
+/// Seconds since the epoch, now (the front may read the wall clock; actors may not).
+std::int64_t unix_now();
 
 /// Each adds its paths to the front's route table.
 void add_openai_routes(front& f);

@@ -13,11 +13,12 @@
 
 namespace kiln::net {
 
-namespace {
-
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
+
+namespace {
+
 
 // One chat completion in flight: its sink's events arrive here on the connection's strand
 // and become SSE chunks or one JSON answer. Whatever ends it stops the sink, which tells
@@ -207,13 +208,8 @@ void chat_call::start(actors::request r) {
 // How the requested model writes tool calls, when the request offers tools and allows them.
 tool_format tools_format_for(const config::kiln_config& cfg, const chat_params& p) {
   if (!p.has_tools || p.tool_choice_none) return tool_format::none;
-  std::string model = p.model, version;
-  if (const auto at = model.find('@'); at != std::string::npos) {
-    version = model.substr(at + 1);
-    model.resize(at);
-  } else {
-    version = cfg.live_version(model);
-  }
+  auto [model, version] = config::split_model_ref(p.model);
+  if (version.empty()) version = cfg.live_version(model);
   const config::pool_config* pool = cfg.pool_for(model, version);
   return pool ? tool_format_named(pool->tool_call_format).value_or(tool_format::none) : tool_format::none;
 }

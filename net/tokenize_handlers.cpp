@@ -70,7 +70,7 @@ void tokenize(front& f, const std::shared_ptr<exchange>& ex) {
     auto parsed = parse_chat_request(chat.dump(-1, ' ', false, json::error_handler_t::replace));
     if (auto* err = std::get_if<api_error>(&parsed)) return ex->respond(err->status, error_json(*err));
     q.chat_json = std::get<chat_params>(parsed).template_json;
-    q.created_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    q.created_unix = unix_now();
   }
   ask_admission(f, ex, std::move(q), false);
 }
