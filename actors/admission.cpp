@@ -84,6 +84,9 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   r.model = model;
   r.version = version;
   if (r.sampling.max_tokens <= 0) r.sampling.max_tokens = cfg_pool.default_max_tokens;
+  if (r.sampling.prompt_logprobs && cfg_pool.executor == config::executor_kind::cuda)
+    return refuse(r, errc::invalid_request,
+                  "The prompt's log-probabilities (echo with logprobs) are not available on the cuda executor yet.", "echo");
   const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.sampling.max_tokens;
   if (total > cfg_pool.max_context) {
     return refuse(r, errc::context_too_long,

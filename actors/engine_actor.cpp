@@ -76,7 +76,7 @@ engine::engine_request engine_state::to_engine_request(const request& r, engine:
 
 void engine_state::flush(job& j) {
   if (j.unsent == 0 && j.unsent_text.empty()) return;
-  caf::anon_send(j.sink, stream_tokens{j.id, std::move(j.unsent_text), j.unsent, -1, -1});
+  caf::anon_send(j.sink, stream_tokens{j.id, std::move(j.unsent_text), j.unsent, -1, -1, {}, {}});
   j.unsent = 0;
   j.unsent_text.clear();
 }
@@ -229,14 +229,15 @@ void send_outputs(stateful* self) {
       // Before the tokens leave: an owner that has not heard this knows none reached the client.
       if (owner_alive(st, j)) self->send(j.owner, first_token{j.id, j.attempt});
     }
-    if (st.coast && !first && out.finish == engine::finish_reason::none) {
+    if (st.coast && !first && out.finish == engine::finish_reason::none && out.logprobs.empty()) {
       j.unsent += out.new_tokens;  // the rest of the stream goes at its end
       j.unsent_text += out.text;
     } else if (out.new_tokens > 0 || !out.text.empty() || j.unsent > 0) {
       std::string text = j.unsent_text.empty() ? std::move(out.text) : std::move(j.unsent_text) + out.text;
       add_tokens(by_sink, j.sink,
                  stream_tokens{j.id, std::move(text), j.unsent + out.new_tokens, first ? out.usage.prompt_tokens : -1,
-                               first ? out.usage.cached_tokens : -1});
+                               first ? out.usage.cached_tokens : -1, std::move(out.logprobs),
+                               std::move(out.prompt_logprobs)});
       j.unsent = 0;
       j.unsent_text.clear();
     }

@@ -47,11 +47,14 @@ struct stream_tokens {
   std::int32_t tokens = 0;
   std::int32_t prompt_tokens = -1;
   std::int32_t cached_tokens = -1;
+  std::vector<engine::token_logprob> logprobs;         ///< these tokens' (when the request asked)
+  std::vector<engine::token_logprob> prompt_logprobs;  ///< the prompt's, with the first tokens (when asked)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_tokens& x) {
-  return f(caf::meta::type_name("stream_tokens"), x.id, x.text, x.tokens, x.prompt_tokens, x.cached_tokens);
+  return f(caf::meta::type_name("stream_tokens"), x.id, x.text, x.tokens, x.prompt_tokens, x.cached_tokens,
+           x.logprobs, x.prompt_logprobs);
 }
 
 /// One step's tokens for every request of one sink (a front serving many streams): one

@@ -148,7 +148,17 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
     return caf::none;
   });
   return f(caf::meta::type_name("sampling_params"), x.max_tokens, x.temperature, x.top_k, x.top_p, has_seed, seed,
-           x.stop, load);
+           x.stop, x.logprobs, x.prompt_logprobs, load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_alt& x) {
+  return f(caf::meta::type_name("token_alt"), x.token, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
+  return f(caf::meta::type_name("token_logprob"), x.token, x.logprob, x.top);
 }
 
 template <class Inspector>

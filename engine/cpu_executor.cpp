@@ -117,16 +117,25 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
   }
 
-  // Logits only for rows that sample.
-  const std::size_t S = sample_rows.size();
-  std::vector<float> last(S * D), normed(S * D);
-  for (std::size_t i = 0; i < S; ++i) std::memcpy(&last[i * D], &x_[sample_rows[i] * D], D * sizeof(float));
-  ref::rmsnorm(last.data(), w_->final_norm.data(), normed.data(), S, D, eps);
-  logits_.resize(S * V);
+  // Logits only for rows that sample, then for rows whose prompt log-probabilities are asked.
+  const auto lp_rows = plan_prompt_rows(plan, sched, out.prompt_logprobs);
+  const std::size_t S = sample_rows.size(), R = S + lp_rows.size();
+  for (const auto& p : lp_rows) sample_rows.push_back(p.row);
+  std::vector<float> last(R * D), normed(R * D);
+  for (std::size_t i = 0; i < R; ++i) std::memcpy(&last[i * D], &x_[sample_rows[i] * D], D * sizeof(float));
+  ref::rmsnorm(last.data(), w_->final_norm.data(), normed.data(), R, D, eps);
+  logits_.resize(R * V);
   const float* head = w_->head();
-  pool_.parallel_for(V, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(normed.data(), S, D, head, nullptr, V, n0, n1, logits_.data()); });
-  for (std::size_t i = 0; i < S && i < slots.size(); ++i)
-    out.tokens.push_back(sample(std::span<const float>(&logits_[i * V], V), slots[i]));
+  pool_.parallel_for(V, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(normed.data(), R, D, head, nullptr, V, n0, n1, logits_.data()); });
+  auto row_logits = [&](std::size_t i) { return std::span<const float>(&logits_[i * V], V); };
+  for (std::size_t i = 0; i < S && i < slots.size(); ++i) out.tokens.push_back(sample(row_logits(i), slots[i]));
+  for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+    if (slots[i].logprobs < 0) continue;
+    out.logprobs.resize(out.tokens.size());
+    out.logprobs[i] = logprobs_of(row_logits(i), out.tokens[i], slots[i].logprobs);
+  }
+  for (std::size_t i = 0; i < lp_rows.size(); ++i)
+    out.prompt_logprobs[lp_rows[i].part].rows.push_back(logprobs_of(row_logits(S + i), lp_rows[i].next, lp_rows[i].top));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
 }

@@ -17,6 +17,7 @@
 #include "kernels/reference/sampling.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/sampling.hpp"
+#include "engine/sampler.hpp"
 
 namespace kiln::engine {
 
@@ -554,6 +555,14 @@ step_execution cuda_executor::run(const step_plan& plan, const scheduler& sched,
   KILN_STEP_TRY(cudaStreamSynchronize(d.stream));
   const auto* tok = static_cast<const std::int32_t*>(d.pinned);
   out.tokens.assign(tok, tok + sh.S);
+  // Log-probabilities, where asked, from the logits rows copied back (the kernel leaves them as they are).
+  std::vector<float> row(static_cast<std::size_t>(cfg_.vocab));
+  for (std::size_t i = 0; i < out.tokens.size() && i < slots.size(); ++i) {
+    if (slots[i].logprobs < 0) continue;
+    KILN_STEP_TRY(cudaMemcpy(row.data(), d.logits.f() + i * row.size(), f4(cfg_.vocab), cudaMemcpyDeviceToHost));
+    out.logprobs.resize(out.tokens.size());
+    out.logprobs[i] = logprobs_of(row, out.tokens[i], slots[i].logprobs);
+  }
   out.seconds = since(started);
   return out;
 }

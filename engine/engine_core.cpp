@@ -1,6 +1,7 @@
 #include "engine/engine_core.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <xxhash.h>
 
@@ -16,6 +17,8 @@ engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_pt
     : sched_(limits, kv.num_blocks, kv.block_size), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
 
 bool engine_core::add(engine_request req) {
+  // Prompt log-probabilities need every prompt row computed: no prefix-cache reuse.
+  if (req.sampling.prompt_logprobs) req.cache_salt = mix64(req.cache_salt ^ mix64(req.id ^ 0x70726f6d7074ULL));
   if (in_flight_) {
     // The worker reads the scheduler now: the sequence joins it when the step ends.
     if (!sched_.can_ever_fit(static_cast<int>(req.prompt.size()))) return false;
@@ -83,11 +86,46 @@ std::size_t safe_emit_end(const std::string& text, std::size_t from,
   return end;
 }
 
-seq_output engine_core::advance(sequence& s, token_id tok) {
+token_logprob engine_core::named(const logprob_row& row) const {
+  token_logprob t{tok_->decode(row.token), row.logprob, {}};
+  for (const auto& [id, lp] : row.top) t.top.push_back({tok_->decode(id), lp});
+  return t;
+}
+
+void engine_core::keep_prompt_logprobs(const prompt_logprobs_part& part) {
+  auto it = seqs_.find(part.id);
+  if (it == seqs_.end()) return;
+  sequence& s = it->second;
+  if (s.prompt_lp_sent) return;  // a recompute after preemption: sent already
+  s.prompt_lp.resize(s.req.prompt.size());
+  for (std::size_t i = 0; i < part.rows.size(); ++i) {
+    const auto at = static_cast<std::size_t>(part.first_position) + i;
+    if (at >= s.prompt_lp.size() || at == 0) continue;
+    s.prompt_lp[at] = part.rows[i];
+  }
+}
+
+void engine_core::attach_prompt_logprobs(sequence& s, seq_output& out) {
+  if (!s.req.sampling.prompt_logprobs || s.prompt_lp_sent) return;
+  s.prompt_lp_sent = true;
+  s.prompt_lp.resize(s.req.prompt.size());
+  out.prompt_logprobs.reserve(s.prompt_lp.size());
+  for (std::size_t i = 0; i < s.prompt_lp.size(); ++i) {
+    token_logprob t = named(s.prompt_lp[i]);
+    t.token = tok_->decode(s.req.prompt[i]);
+    if (i == 0) t.logprob = std::numeric_limits<float>::quiet_NaN();  // nothing before it to predict it
+    out.prompt_logprobs.push_back(std::move(t));
+  }
+  s.prompt_lp = {};
+}
+
+seq_output engine_core::advance(sequence& s, token_id tok, const logprob_row* lp) {
   seq_output out;
   out.id = s.req.id;
   out.new_tokens = 1;
   ++s.generated;
+  attach_prompt_logprobs(s, out);
+  if (lp && tok != tok_->eos()) out.logprobs.push_back(named(*lp));
   if (tok == tok_->eos()) {
     out.finish = finish_reason::stop;
   } else if (!text_ && s.req.sampling.stop.empty()) {
@@ -150,7 +188,13 @@ bool engine_core::prepare(step_result& result) {
     if (!item.samples) continue;
     const sequence& s = seqs_.at(item.id);
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
-                      s.req.sampling.top_p, s.answer_seed});
+                      s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs});
+  }
+  for (plan_item& item : plan_.items) {
+    if (!item.prefill) continue;
+    const auto it = seqs_.find(item.id);
+    if (it != seqs_.end() && it->second.req.sampling.prompt_logprobs && !it->second.prompt_lp_sent)
+      item.prompt_logprobs = std::max(0, it->second.req.sampling.logprobs);
   }
   return !plan_.empty();
 }
@@ -161,12 +205,14 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     return;
   }
   sched_.update(plan_, exec.tokens);
+  for (const auto& part : exec.prompt_logprobs) keep_prompt_logprobs(part);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan_.items.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     auto it = seqs_.find(slots_[i].id);
     if (it == seqs_.end()) continue;  // cancelled while the step ran
-    seq_output out = advance(it->second, exec.tokens[i]);
+    const logprob_row* lp = i < exec.logprobs.size() && slots_[i].logprobs >= 0 ? &exec.logprobs[i] : nullptr;
+    seq_output out = advance(it->second, exec.tokens[i], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);
@@ -184,7 +230,7 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
   const auto order = sched_.running_in_order();
   for (const seq_status* st : order) {
     auto it = seqs_.find(st->id);
-    if (it == seqs_.end() || !it->second.req.sampling.stop.empty()) return {};
+    if (it == seqs_.end() || !it->second.req.sampling.stop.empty() || it->second.req.sampling.logprobs >= 0) return {};
     const sequence& s = it->second;
     const int by_length = s.req.sampling.max_tokens - s.generated;
     const int natural = sim->natural_length(s.answer_seed);

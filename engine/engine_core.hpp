@@ -37,6 +37,8 @@ struct seq_output {
   int new_tokens = 0;
   finish_reason finish = finish_reason::none;
   engine::usage usage;   ///< running totals; final when finish != none
+  std::vector<token_logprob> logprobs;         ///< the step's tokens' (sampling.logprobs >= 0; eos left out)
+  std::vector<token_logprob> prompt_logprobs;  ///< every prompt token's, once, with the first output
 };
 
 struct step_result {
@@ -98,6 +100,8 @@ class engine_core {
     std::size_t emitted = 0; ///< bytes of text already returned
     int generated = 0;
     mutable int cached_tokens = -1;  ///< once admitted, what its first admission found cached
+    std::vector<logprob_row> prompt_lp;  ///< prompt_logprobs: by position (1..), filled as prefill runs
+    bool prompt_lp_sent = false;
   };
   /// Schedules the next step into plan_/slots_; sequences that outgrew the pool end in
   /// `result`. False when there is nothing to run.
@@ -105,7 +109,10 @@ class engine_core {
   /// Applies what the executor produced for plan_.
   void apply(const step_execution& exec, step_result& result);
   void apply_deferred();
-  seq_output advance(sequence& s, token_id tok);
+  seq_output advance(sequence& s, token_id tok, const logprob_row* lp = nullptr);
+  token_logprob named(const logprob_row& row) const;
+  void keep_prompt_logprobs(const prompt_logprobs_part& part);
+  void attach_prompt_logprobs(sequence& s, seq_output& out);
   /// Ends a sequence that cannot go on (it outgrew the KV pool) with `length`.
   seq_output cut_short(sequence& s);
   engine::usage usage_of(const sequence& s) const;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.hpp"
@@ -20,11 +21,40 @@ struct sample_slot {
   int top_k = 0;               ///< 0: off
   double top_p = 1.0;
   std::uint64_t answer_seed = 0;  ///< of the prompt and the request seed only (never the replica)
+  int logprobs = -1;              ///< >= 0: the sampled token's log-probability and this many alternatives
 };
+
+/// A token's log-probability and the top alternatives at its position, most likely first.
+struct logprob_row {
+  token_id token = 0;
+  float logprob = 0;
+  std::vector<std::pair<token_id, float>> top;
+};
+
+/// Prompt log-probabilities of one plan item: rows[i] is the token at first_position + i.
+struct prompt_logprobs_part {
+  seq_id id = 0;
+  int first_position = 0;
+  std::vector<logprob_row> rows;
+};
+
+/// A row of a plan whose logits give a prompt token's log-probability.
+struct prompt_row {
+  std::size_t row = 0;       ///< index among the step's rows
+  std::size_t part = 0;      ///< index into step_execution::prompt_logprobs
+  token_id next = 0;         ///< the prompt token that row predicts
+  int top = 0;
+};
+
+/// The parts and rows of a plan's prompt_logprobs items (rows counted over every item's tokens).
+std::vector<prompt_row> plan_prompt_rows(const step_plan& plan, const scheduler& sched,
+                                         std::vector<prompt_logprobs_part>& parts);
 
 struct step_execution {
   double seconds = 0;               ///< how long the step took (modelled or measured)
   std::vector<token_id> tokens;     ///< one per sample slot, same order
+  std::vector<logprob_row> logprobs;  ///< one per sample slot when any asks (rows of the others unset)
+  std::vector<prompt_logprobs_part> prompt_logprobs;  ///< of the items with prompt_logprobs
   std::string error;                ///< non-empty: the device failed; nothing was sampled
 };
 

@@ -29,6 +29,9 @@ struct plan_item {
   int context_before = 0;  ///< tokens already in the KV cache before this step
   bool prefill = false;    ///< prompt (or recompute) tokens rather than a decode
   bool samples = false;    ///< produces a new token this step
+  /// >= 0: the executor also returns each row's next prompt token's log-probability, with
+  /// this many alternatives (prompt_logprobs_part)
+  int prompt_logprobs = -1;
 };
 
 struct step_plan {

@@ -1,6 +1,7 @@
 #include "engine/sim_executor.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/reference/sampling.hpp"
 
@@ -36,11 +37,43 @@ token_id sim_executor::token_at(std::uint64_t answer_seed, int position) const {
   return 1 + static_cast<token_id>(r % static_cast<std::uint64_t>(vocab_size_ - 1));
 }
 
-step_execution sim_executor::run(const step_plan& plan, const scheduler&, std::span<const sample_slot> slots) {
+logprob_row sim_executor::modelled_logprobs(std::uint64_t seed, token_id token, int top) const {
+  const double p = 0.34 + 0.65 * kernels::reference::sample_uniform(seed, 0);
+  logprob_row row{token, static_cast<float>(std::log(p)), {}};
+  if (top <= 0) return row;
+  row.top.emplace_back(token, row.logprob);
+  double mass = 1 - p;
+  const auto want = static_cast<std::size_t>(std::min(top, vocab_size_));
+  // Seeded draws; a small vocabulary's last ones in id order.
+  const auto span = static_cast<std::uint64_t>(vocab_size_);
+  for (std::uint64_t k = 1; row.top.size() < want; ++k) {
+    const auto alt = static_cast<token_id>(k <= 4 * want ? mix64(seed ^ mix64(k)) % span : (k - 4 * want - 1) % span);
+    if (std::any_of(row.top.begin(), row.top.end(), [&](const auto& t) { return t.first == alt; })) continue;
+    mass /= 2;
+    row.top.emplace_back(alt, static_cast<float>(std::log(mass)));
+  }
+  return row;
+}
+
+step_execution sim_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
   step_execution out;
   out.seconds = plan.empty() ? 0.0 : model_.time(shape_of(plan)).total;
   out.tokens.reserve(slots.size());
   for (const sample_slot& slot : slots) out.tokens.push_back(token_at(slot.answer_seed, slot.position));
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].logprobs < 0) continue;
+    out.logprobs.resize(slots.size());
+    out.logprobs[i] = modelled_logprobs(slots[i].answer_seed ^ mix64(static_cast<std::uint64_t>(slots[i].position) + 7),
+                                        out.tokens[i], slots[i].logprobs);
+  }
+  // A prompt token's modelled distribution depends on it and the one before (not the request).
+  for (const prompt_row& r : plan_prompt_rows(plan, sched, out.prompt_logprobs)) {
+    auto& part = out.prompt_logprobs[r.part];
+    const seq_status* s = sched.find(part.id);
+    const auto at = static_cast<std::size_t>(part.first_position) + part.rows.size();
+    const auto seed = mix64(static_cast<std::uint64_t>(r.next) ^ mix64(static_cast<std::uint64_t>(s->tokens[at - 1]) + 0x9e37));
+    part.rows.push_back(modelled_logprobs(seed, r.next, r.top));
+  }
   return out;
 }
 

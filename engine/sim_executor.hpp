@@ -24,6 +24,9 @@ class sim_executor final : public executor {
   int natural_length(std::uint64_t answer_seed) const;
   /// The token at `position` of the answer (eos from its natural length on).
   token_id token_at(std::uint64_t answer_seed, int position) const;
+  /// A modelled distribution at a position, `seed` fixing it: `token` is the most likely one
+  /// (probability 0.34-0.99), then `top` - 1 other tokens at half the remaining mass each.
+  logprob_row modelled_logprobs(std::uint64_t seed, token_id token, int top) const;
 
  private:
   cost_model model_;

@@ -30,6 +30,22 @@ struct sampling_params {
   double top_p = 1.0;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
+  int logprobs = -1;             ///< -1: none; 0-20: each token's log-probability and this many alternatives
+  bool prompt_logprobs = false;  ///< the prompt's tokens' too (/v1/completions' echo); no prefix-cache reuse
+};
+
+/// One of a token's most likely alternatives.
+struct token_alt {
+  std::string token;  ///< its text (bytes as the tokenizer gives them)
+  float logprob = 0;
+};
+
+/// A token's log-probability under the model (its raw distribution, before temperature, top-k
+/// and top-p) and the most likely alternatives at that position, most likely first.
+struct token_logprob {
+  std::string token;
+  float logprob = 0;  ///< NaN: none (the first token of a prompt)
+  std::vector<token_alt> top;
 };
 
 /// Token counts reported back to the client.

@@ -1,5 +1,6 @@
 #include "net/openai.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -16,27 +17,6 @@ api_error invalid(std::string message, std::string param, std::string code = {})
 }
 
 std::string type_name(const json& v) { return v.type_name(); }
-
-// Length in bytes of the UTF-8 sequence starting at s[i], or 0 if it is not valid.
-std::size_t utf8_len(std::string_view s, std::size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  std::size_t n;
-  std::uint32_t cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
-  else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
-  else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    const auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  const bool overlong = (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
-  if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
-}
 
 // message content: a string, or an array of {"type":"text","text":...} parts.
 std::optional<std::string> content_text(const json& c) {
@@ -225,12 +205,11 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
     if (!v.is_null() && !(v.is_number() && v.get<double>() == 0))
       return invalid("'" + key + "' is not supported; leave it out or set it to 0.", key);
   } else if (key == "logprobs") {
-    if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return invalid("'logprobs' is not supported yet.", "logprobs");
+    if (!v.is_null() && !v.is_boolean()) return invalid("'logprobs' must be a boolean.", "logprobs");
+    out.logprobs_asked = v.is_boolean() && v.get<bool>();
   } else if (key == "top_logprobs") {
     if (v.is_null()) return std::nullopt;
-    int n = 0;
-    if (auto e = read_int(v, "top_logprobs", 0, 20, n)) return e;
-    if (n > 0) return invalid("'top_logprobs' needs logprobs, which kiln does not support yet.", "top_logprobs");
+    if (auto e = read_int(v, "top_logprobs", 0, 20, out.logprobs)) return e;
   } else {
     return invalid("Unrecognized request argument supplied: " + key, key);
   }
@@ -255,6 +234,26 @@ std::string chunk_head(const completion_meta& m) {
 }
 
 }  // namespace
+
+std::size_t utf8_len(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n;
+  std::uint32_t cp;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
+  else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
+  else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  const bool overlong = (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
 
 void append_json_quoted(std::string& out, std::string_view s) {
   out += '"';
@@ -310,6 +309,9 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
   }
   if (out.model.empty()) return invalid("you must provide a model parameter", "model");
   if (out.messages.empty()) return invalid("'messages' is a required property.", "messages");
+  if (out.logprobs > 0 && !out.logprobs_asked)
+    return invalid("'top_logprobs' needs 'logprobs' set to true.", "top_logprobs");
+  out.logprobs = out.logprobs_asked ? std::max(0, out.logprobs) : -1;
   for (auto it = tp.kwargs.begin(); it != tp.kwargs.end(); ++it) tp.input[it.key()] = it.value();
   out.template_json = tp.input.dump(-1, ' ', false, json::error_handler_t::replace);
   return out;
@@ -346,8 +348,8 @@ std::variant<completion_params, api_error> parse_completion_request(std::string_
       if (!v.is_null() && !v.is_boolean()) return invalid("'echo' must be a boolean.", "echo");
       out.echo = v.is_boolean() && v.get<bool>();
     } else if (key == "logprobs") {
-      if (!v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 0))
-        return invalid("'logprobs' is not supported yet.", "logprobs");
+      if (!v.is_null())
+        if (auto e = read_int(v, "logprobs", 0, 20, out.common.logprobs)) return *e;
     } else if (key == "best_of") {
       if (!v.is_null() && !(v.is_number_integer() && v.get<std::int64_t>() == 1)) return invalid("Only best_of = 1 is supported.", key);
     } else if (key == "suffix") {
@@ -365,6 +367,7 @@ std::variant<completion_params, api_error> parse_completion_request(std::string_
   if (!has_prompt) return invalid("'prompt' is a required property.", "prompt");
   if (out.echo && out.prompt_text.empty())
     return invalid("'echo' needs the prompt as text; kiln does not echo token ids.", "echo");
+  out.prompt_logprobs = out.echo && out.common.logprobs >= 0;
   return out;
 }
 
@@ -431,11 +434,13 @@ std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<to
 }
 
 std::string completion_json(const completion_meta& m, std::string_view text,
-                            std::string_view finish_reason, const completion_usage& u, const std::vector<tool_call>& calls) {
+                            std::string_view finish_reason, const completion_usage& u, const std::vector<tool_call>& calls,
+                            std::string_view logprobs) {
   if (m.text_completion) {
     std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"text_completion\",\"created\":" +
                       std::to_string(m.created) + ",\"model\":" + json_quote(m.model) + ",\"choices\":[{\"index\":0,\"text\":" +
-                      json_quote(text) + ",\"logprobs\":null,\"finish_reason\":" + json_quote(finish_reason) + "}],";
+                      json_quote(text) + ",\"logprobs\":" + std::string(logprobs.empty() ? "null" : logprobs) +
+                      ",\"finish_reason\":" + json_quote(finish_reason) + "}],";
     put_usage(out, u);
     return out + "}";
   }
@@ -443,8 +448,9 @@ std::string completion_json(const completion_meta& m, std::string_view text,
   std::string out = "{\"id\":" + json_quote(m.id) + ",\"object\":\"chat.completion\",\"created\":" +
                     std::to_string(m.created) + ",\"model\":" + json_quote(m.model) +
                     ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" + content +
-                    (calls.empty() ? std::string() : ",\"tool_calls\":" + tool_calls_json(calls)) +
-                    "},\"finish_reason\":" + json_quote(finish_reason) + "}],";
+                    (calls.empty() ? std::string() : ",\"tool_calls\":" + tool_calls_json(calls)) + "}" +
+                    (logprobs.empty() ? std::string() : ",\"logprobs\":" + std::string(logprobs)) +
+                    ",\"finish_reason\":" + json_quote(finish_reason) + "}],";
   put_usage(out, u);
   out += "}";
   return out;

@@ -40,6 +40,10 @@ struct chat_params {
   bool include_usage = true;  ///< stream_options.include_usage: false leaves out the usage chunk
   bool tool_choice_none = false;
   bool has_tools = false;
+  /// -1: no log-probabilities; else each token's and this many alternatives (chat: logprobs
+  /// true with top_logprobs; /v1/completions: logprobs N)
+  int logprobs = -1;
+  bool logprobs_asked = false;  ///< chat's logprobs: true (read before top_logprobs may be)
 };
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);
@@ -50,11 +54,14 @@ struct completion_params {
   std::string prompt_text;
   std::vector<std::int32_t> prompt_ids;
   bool echo = false;
+  bool prompt_logprobs = false;  ///< echo with logprobs: the prompt's tokens' too
 };
 std::variant<completion_params, api_error> parse_completion_request(std::string_view body);
 
 /// {"error":{"message","type","param","code"}}
 std::string error_json(const api_error& e);
+/// Length in bytes of the UTF-8 character starting at s[i], or 0 where none valid starts.
+std::size_t utf8_len(std::string_view s, std::size_t i);
 /// JSON string literal (quotes included) of arbitrary bytes; invalid UTF-8 becomes U+FFFD.
 std::string json_quote(std::string_view s);
 /// Appends `s` as a JSON string (quotes included; invalid UTF-8 becomes U+FFFD).
@@ -94,9 +101,10 @@ void append_content_event(std::string& out, std::string_view prefix, std::string
                           std::string_view suffix = kContentSuffix);
 std::string chunk_finish_json(const completion_meta& m, std::string_view finish_reason);
 std::string chunk_usage_json(const completion_meta& m, const completion_usage& u);
+/// `logprobs`: the choice's logprobs object (logprobs_writer), or empty when not asked.
 std::string completion_json(const completion_meta& m, std::string_view text,
                             std::string_view finish_reason, const completion_usage& u,
-                            const std::vector<tool_call>& calls = {});
+                            const std::vector<tool_call>& calls = {}, std::string_view logprobs = {});
 /// A chunk whose delta carries the answer's tool calls, whole.
 std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<tool_call>& calls);
 /// The models this node serves, each with its versions and live version.

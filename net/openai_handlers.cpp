@@ -8,6 +8,7 @@
 #include "engine/types.hpp"
 #include "net/errors.hpp"
 #include "net/front.hpp"
+#include "net/logprobs_json.hpp"
 #include "net/sse.hpp"
 #include "net/stream_hub.hpp"
 
@@ -26,7 +27,8 @@ namespace {
 class chat_call final : public actors::stream_target, public std::enable_shared_from_this<chat_call> {
  public:
   chat_call(front& f, std::shared_ptr<exchange> ex, bool stream, bool include_usage, completion_meta meta, tool_format tools)
-      : f_(f), ex_(std::move(ex)), stream_(stream), include_usage_(include_usage), meta_(std::move(meta)), format_(tools) {
+      : f_(f), ex_(std::move(ex)), stream_(stream), include_usage_(include_usage), meta_(std::move(meta)), format_(tools),
+        lp_(meta_.text_completion) {
     if (format_ != tool_format::none) tools_.emplace(format_, meta_.id);
   }
   ~chat_call() override { release(); }
@@ -34,6 +36,8 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   void start(actors::request r);
   /// /v1/completions' echo: the answer begins with the prompt's text.
   void echo(std::string prompt) { echo_ = std::move(prompt); }
+  /// The answer carries its tokens' log-probabilities (and the echoed prompt's, when asked).
+  void want_logprobs() { want_lp_ = true; }
 
   // The hub's events, on the connection's strand (or the one I/O thread).
   void on_tokens(actors::stream_tokens ev) override {
@@ -55,15 +59,17 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     if (!stream_) {
       if (text_.empty() && !echo_.empty()) text_ = std::exchange(echo_, {});
       text_ += ev.text;
+      if (want_lp_) {
+        lp_all_.insert(lp_all_.end(), std::make_move_iterator(ev.prompt_logprobs.begin()), std::make_move_iterator(ev.prompt_logprobs.end()));
+        lp_all_.insert(lp_all_.end(), std::make_move_iterator(ev.logprobs.begin()), std::make_move_iterator(ev.logprobs.end()));
+      }
       return;
     }
-    open_stream();
-    if (tools_) {
-      const std::string safe = tools_->feed(ev.text);
-      if (!safe.empty()) append_content_event(sse_, content_prefix_, safe, content_suffix(meta_));
-    } else if (!ev.text.empty()) {
-      append_content_event(sse_, content_prefix_, ev.text, content_suffix(meta_));
-    }
+    open_stream(ev.prompt_logprobs);
+    const std::string safe = tools_ ? tools_->feed(ev.text) : std::string();
+    const std::string& text = tools_ ? safe : ev.text;
+    if (!text.empty() || (want_lp_ && !ev.logprobs.empty()))
+      append_content_event(sse_, content_prefix_, text, want_lp_ ? lp_.chunk_suffix(ev.logprobs) : content_suffix(meta_));
     flush();
   }
 
@@ -96,7 +102,8 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     } else {
       if (text_.empty() && !echo_.empty()) text_ = std::exchange(echo_, {});  // nothing generated
       const std::string& text = tools_ ? parsed.content : text_;
-      ex_->respond(200, completion_json(meta_, text, finish_reason, u, parsed.calls), "application/json", rate_headers_);
+      ex_->respond(200, completion_json(meta_, text, finish_reason, u, parsed.calls, want_lp_ ? lp_.object(lp_all_) : std::string()),
+                   "application/json", rate_headers_);
     }
   }
 
@@ -141,13 +148,16 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   }
 
  private:
-  void open_stream() {
+  /// The stream's head, role chunk and echo (with the prompt's log-probabilities when asked).
+  void open_stream(const std::vector<engine::token_logprob>& prompt_logprobs = {}) {
     if (opened_) return;
     opened_ = true;
     ex_->begin_stream(rate_headers_);
     content_prefix_ = content_event_prefix(meta_);
     if (!meta_.text_completion) append_sse_event(sse_, chunk_role_json(meta_));
-    if (!echo_.empty()) append_content_event(sse_, content_prefix_, std::exchange(echo_, {}), content_suffix(meta_));
+    if (!echo_.empty())
+      append_content_event(sse_, content_prefix_, std::exchange(echo_, {}),
+                           want_lp_ && !prompt_logprobs.empty() ? lp_.chunk_suffix(prompt_logprobs) : content_suffix(meta_));
   }
   void flush() {
     ex_->stream(sse_);
@@ -181,6 +191,9 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   std::string content_prefix_;  ///< "data: " and the chunk up to its content, rendered once
   std::string echo_;            ///< the prompt, until the answer's first bytes carry it
   completion_usage usage_;
+  bool want_lp_ = false;
+  logprobs_writer lp_;
+  std::vector<engine::token_logprob> lp_all_;  ///< a whole answer's (not streamed)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_token_, last_token_;
 };
@@ -237,6 +250,7 @@ bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& 
   r.sampling.top_k = p.top_k;
   r.sampling.seed = p.seed;
   r.sampling.stop = std::move(p.stop);
+  r.sampling.logprobs = p.logprobs;
   ex->log().team = r.team;
   ex->log().model = p.model;
   return true;
@@ -252,6 +266,7 @@ void handle_chat(front& f, const std::shared_ptr<exchange>& ex) {
   r.chat_json = std::move(p.template_json);
   auto call = std::make_shared<chat_call>(f, ex, p.stream, p.include_usage, completion_meta{"chatcmpl-" + r.id.str(), unix_now(), p.model},
                                            tools_format_for(*f.deps.cfg, p));
+  if (p.logprobs >= 0) call->want_logprobs();
   call->start(std::move(r));
 }
 
@@ -264,9 +279,11 @@ void handle_completion(front& f, const std::shared_ptr<exchange>& ex) {
   if (!common_request(f, ex, p.common, r)) return;
   r.prompt = std::move(p.prompt_ids);
   r.prompt_text = p.prompt_text;
+  r.sampling.prompt_logprobs = p.prompt_logprobs;
   completion_meta meta{"cmpl-" + r.id.str(), unix_now(), p.common.model, true};
   auto call = std::make_shared<chat_call>(f, ex, p.common.stream, p.common.include_usage, std::move(meta), tool_format::none);
   if (p.echo) call->echo(p.prompt_text);
+  if (p.common.logprobs >= 0) call->want_logprobs();
   call->start(std::move(r));
 }
 

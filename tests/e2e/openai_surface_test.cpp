@@ -170,7 +170,7 @@ TEST_CASE("e2e openai: /v1/completions with a text or token-id prompt, echo, str
   }
   CHECK(streamed.rfind("clay", 0) == 0);
   CHECK(events.back() == "[DONE]");
-  CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":"x","logprobs":5})", kAuth).status == 400);
+  CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":"x","logprobs":true})", kAuth).status == 400);
   CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"nope","prompt":"x"})", kAuth).status == 404);
 }
 

@@ -65,6 +65,25 @@ for await (const chunk of await client.completions.create({ model: "chat-7b", pr
   streamed += chunk.choices[0]?.text ?? "";
 if (!streamed) fail("streamed completion");
 
+// logprobs: chat (whole and streamed) and /v1/completions with echo, the way evaluation harnesses score a prompt.
+const scored = await client.chat.completions.create({
+  model: "chat-7b", max_tokens: 4, logprobs: true, top_logprobs: 3, messages: [{ role: "user", content: "Hi" }],
+});
+const lpContent = scored.choices[0].logprobs?.content ?? [];
+if (lpContent.length !== scored.usage.completion_tokens || lpContent.map((t) => t.token).join("") !== scored.choices[0].message.content ||
+    lpContent.some((t) => t.top_logprobs.length !== 3 || t.logprob > 0 || t.bytes.length === 0))
+  fail("chat logprobs: " + JSON.stringify(scored.choices[0]));
+let lpStreamed = 0;
+for await (const chunk of await client.chat.completions.create({
+  model: "chat-7b", max_tokens: 3, stream: true, logprobs: true, messages: [{ role: "user", content: "Hi" }] }))
+  lpStreamed += chunk.choices[0]?.logprobs?.content?.length ?? 0;
+if (lpStreamed !== 3) fail("streamed chat logprobs: " + lpStreamed);
+const harness = await client.completions.create({ model: "chat-7b", prompt: "The kiln fires", max_tokens: 1, echo: true, logprobs: 1, temperature: 0 });
+const hl = harness.choices[0].logprobs;
+if (!hl || hl.tokens.length !== harness.usage.prompt_tokens + 1 || hl.token_logprobs[0] !== null ||
+    hl.token_logprobs.slice(1).some((x) => typeof x !== "number") || hl.text_offset[0] !== 0 || hl.top_logprobs[0] !== null)
+  fail("completions echo logprobs: " + JSON.stringify(harness.choices[0]));
+
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === "chat-7b")) fail("models list");
-console.log("openai node sdk: stream, completion, 404, tools, include_usage, completions and models all as expected");
+console.log("openai node sdk: stream, completion, 404, tools, include_usage, logprobs, completions and models all as expected");

@@ -1,0 +1,141 @@
+// logprobs through a running `kiln serve`: chat completions whole and streamed on the sim
+// pool, and /v1/completions' echo scoring a prompt on a tiny CPU model, as evaluation
+// harnesses use it.
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+
+using namespace kiln::test;
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kAuth = {"Authorization: Bearer key-search"};
+
+json post(const kiln_process& p, const std::string& path, const std::string& body) {
+  const http_response r = request(p.port(), "POST", path, body, kAuth);
+  CAPTURE(r.body);
+  REQUIRE(r.status == 200);
+  return json::parse(r.body);
+}
+
+// The tokens' texts, one after another (key: of entries that are objects).
+std::string joined(const json& entries, const char* key = "token") {
+  std::string out;
+  for (const auto& e : entries) out += key ? e[key].get<std::string>() : e.get<std::string>();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("e2e logprobs: chat completions carry one entry per token, whole and streamed, the same each time") {
+  kiln_process p(test_config(1));
+  const std::string body =
+      R"({"model":"chat-7b","max_tokens":6,"seed":3,"logprobs":true,"top_logprobs":4,"messages":[{"role":"user","content":"Glaze?"}]})";
+  const json whole = post(p, "/v1/chat/completions", body);
+  const json& content = whole["choices"][0]["logprobs"]["content"];
+  REQUIRE(content.size() == whole["usage"]["completion_tokens"].get<std::size_t>());
+  CHECK(joined(content) == whole["choices"][0]["message"]["content"]);
+  for (const auto& t : content) {
+    CHECK(t["logprob"].get<double>() <= 0);
+    REQUIRE(t["top_logprobs"].size() == 4);
+    double mass = 0;
+    for (const auto& alt : t["top_logprobs"]) mass += std::exp(alt["logprob"].get<double>());
+    CHECK(mass <= 1 + 1e-6);
+    CHECK(t["bytes"].size() == t["token"].get<std::string>().size());
+  }
+  CHECK(post(p, "/v1/chat/completions", body)["choices"][0]["logprobs"] == whole["choices"][0]["logprobs"]);
+  // Streamed: each chunk's entries spell its content; together they are the whole answer's.
+  std::string streamed_body = body;
+  streamed_body.insert(1, R"("stream":true,)");
+  const http_response s = request(p.port(), "POST", "/v1/chat/completions", streamed_body, kAuth);
+  REQUIRE(s.status == 200);
+  json entries = json::array();
+  for (const auto& e : sse_data(s.body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    if (chunk["choices"].empty() || !chunk["choices"][0].contains("logprobs")) continue;
+    const json& lp = chunk["choices"][0]["logprobs"]["content"];
+    CHECK(joined(lp) == chunk["choices"][0]["delta"]["content"]);
+    for (const auto& t : lp) entries.push_back(t);
+  }
+  CHECK(entries == content);
+  // Without logprobs the answer has none; top_logprobs alone is refused.
+  CHECK_FALSE(post(p, "/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"messages":[{"role":"user","content":"x"}]})")
+                  ["choices"][0].contains("logprobs"));
+  CHECK(request(p.port(), "POST", "/v1/chat/completions",
+                R"({"model":"chat-7b","top_logprobs":2,"messages":[{"role":"user","content":"x"}]})", kAuth).status == 400);
+  CHECK(request(p.port(), "POST", "/v1/completions", R"({"model":"chat-7b","prompt":"x","logprobs":21})", kAuth).status == 400);
+}
+
+TEST_CASE("e2e logprobs: /v1/completions echo scores every prompt token on a real forward pass") {
+  char tmpl[] = "/tmp/kiln-e2e-logprobs-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string dir = root + "/tiny";
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", dir));
+  const std::string prompt = "The cat sat on the mat.";
+  // The answer greedily, then the prompt with the answer appended, scored.
+  const json gen = post(p, "/v1/completions",
+                        R"({"model":"tiny-chat","temperature":0,"max_tokens":3,"logprobs":2,"prompt":")" + prompt + "\"}");
+  const json& g = gen["choices"][0]["logprobs"];
+  REQUIRE(g["tokens"].size() == 3);
+  CHECK(g["text_offset"][0] == 0);  // no echo: offsets count from the answer's start
+  for (std::size_t i = 0; i < 3; ++i) {
+    // Greedy: each token is its position's likeliest.
+    double best = -1e9;
+    for (const auto& [text, lp] : g["top_logprobs"][i].items()) best = std::max(best, lp.get<double>());
+    CHECK(g["token_logprobs"][i].get<double>() == doctest::Approx(best).epsilon(1e-6));
+  }
+  const std::string answer = gen["choices"][0]["text"];
+  const json scored = post(p, "/v1/completions",
+                           json{{"model", "tiny-chat"}, {"temperature", 0}, {"max_tokens", 1}, {"logprobs", 1},
+                                {"echo", true}, {"prompt", prompt + answer}}.dump());
+  const json& s = scored["choices"][0]["logprobs"];
+  const int prompt_tokens = scored["usage"]["prompt_tokens"];
+  REQUIRE(s["tokens"].size() == static_cast<std::size_t>(prompt_tokens + 1));
+  CHECK(scored["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  CHECK(s["token_logprobs"][0].is_null());
+  CHECK(s["top_logprobs"][0].is_null());
+  CHECK(scored["choices"][0]["text"].get<std::string>().rfind(prompt + answer, 0) == 0);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < s["tokens"].size(); ++i) {
+    CHECK(s["text_offset"][i] == offset);
+    for (unsigned char c : s["tokens"][i].get<std::string>()) offset += (c & 0xC0) != 0x80;
+    if (i > 0) CHECK(s["token_logprobs"][i].get<double>() <= 0);
+  }
+  // Where the prompt's tokens end with the answer's, scoring them gives what generating them gave.
+  const std::size_t n = s["tokens"].size() - 1;
+  bool same = true;
+  for (std::size_t k = 0; k < 3; ++k) same = same && s["tokens"][n - 3 + k] == g["tokens"][k];
+  if (same) {
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK(s["token_logprobs"][n - 3 + k].get<double>() == doctest::Approx(g["token_logprobs"][k].get<double>()).epsilon(1e-4));
+  } else {
+    MESSAGE("the answer tokenized differently inside the prompt; its logprobs not compared");
+  }
+  // Streamed, the echo chunk carries the prompt's entries and the rest the answer's.
+  const http_response st = request(p.port(), "POST", "/v1/completions",
+                                   json{{"model", "tiny-chat"}, {"temperature", 0}, {"max_tokens", 2}, {"logprobs", 0},
+                                        {"echo", true}, {"stream", true}, {"prompt", prompt}}.dump(),
+                                   kAuth);
+  REQUIRE(st.status == 200);
+  const auto events = sse_data(st.body);
+  REQUIRE(events.size() >= 3);
+  const json echo = json::parse(events[0])["choices"][0];
+  CHECK(echo["text"] == prompt);
+  const json counted = post(p, "/tokenize", json{{"model", "tiny-chat"}, {"prompt", prompt}}.dump());
+  CHECK(echo["logprobs"]["tokens"].size() == counted["count"].get<std::size_t>());
+  CHECK(echo["logprobs"]["token_logprobs"][0].is_null());
+  CHECK(joined(echo["logprobs"]["tokens"], nullptr) == prompt);
+  const json next = json::parse(events[1])["choices"][0];
+  CHECK(next["logprobs"]["text_offset"][0] == prompt.size());  // offsets run on after the echo
+  std::filesystem::remove_all(root);
+}
