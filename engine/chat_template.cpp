@@ -42,7 +42,7 @@ std::variant<chat_template, std::string> chat_template::from_tokenizer_config(co
         text = t["template"].get<std::string>();
   if (text.empty()) return path + ": no chat_template";
   auto t = make(text, token("bos_token"), token("eos_token"));
-  if (auto* e = std::get_if<std::string>(&t)) return path + ": " + *e;
+  if (auto* e = std::get_if<std::string>(&t)) return (template_text.empty() ? path : std::string("the given template")) + ": " + *e;
   return t;
 }
 

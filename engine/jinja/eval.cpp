@@ -533,6 +533,23 @@ class renderer {
       return value(json_of(v, indent));
     }
     if (f == "list") return value(items_of(v));
+    if (f == "select" || f == "reject") return select(v, a, f == "select", false);
+    if (f == "selectattr" || f == "rejectattr") return select(v, a, f == "selectattr", true);
+    if (f == "map") {
+      list out;
+      for (const auto& [k, x] : e.kwargs) {
+        if (k != "attribute") continue;
+        const std::string attr = eval(*x).str();
+        for (const value& item : items_of(v)) {
+          value got;
+          if (item.k == value::kind::dict)
+            if (auto it = item.m->find(attr); it != item.m->end()) got = it->second;
+          out.push_back(got);
+        }
+        return value(std::move(out));
+      }
+      throw render_error("map needs attribute=");
+    }
     if (f == "reverse") {
       if (v.k == value::kind::string) return value(std::string(v.s.rbegin(), v.s.rend()));
       list l = items_of(v);
@@ -549,9 +566,9 @@ class renderer {
     throw render_error("unknown filter " + f);
   }
 
-  bool test(const expr& e) {
-    const value v = eval(*e.args[0]);
-    const std::string& t = e.name;
+  bool test(const expr& e) { return test_named(e.name, eval(*e.args[0]), args_of(e, 1)); }
+
+  static bool test_named(const std::string& t, const value& v, const std::vector<value>& a) {
     if (t == "defined") return v.defined();
     if (t == "undefined") return !v.defined();
     if (t == "none") return v.k == value::kind::none;
@@ -565,9 +582,34 @@ class renderer {
     if (t == "true") return v.k == value::kind::boolean && v.b;
     if (t == "false") return v.k == value::kind::boolean && !v.b;
     if (t == "odd" || t == "even") return (static_cast<std::int64_t>(num(v)) % 2 != 0) == (t == "odd");
-    if (t == "eq" || t == "equalto" || t == "sameas") return e.args.size() > 1 && v == eval(*e.args[1]);
-    if (t == "in") return e.args.size() > 1 && contains(eval(*e.args[1]), v);
+    if (t == "eq" || t == "equalto" || t == "==" || t == "sameas") return !a.empty() && v == a[0];
+    if (t == "ne" || t == "!=") return !a.empty() && !(v == a[0]);
+    if (t == "in") return !a.empty() && contains(a[0], v);
     throw render_error("unknown test " + t);
+  }
+
+  // select / reject (items by a test, or by truth) and selectattr / rejectattr (the same on
+  // an attribute of each item), as Jinja's: a missing attribute is undefined.
+  value select(const value& v, const std::vector<value>& a, bool keep, bool by_attr) {
+    std::size_t at = 0;
+    std::string attr;
+    if (by_attr) {
+      if (a.empty()) throw render_error("selectattr needs an attribute name");
+      attr = a[at++].str();
+    }
+    const std::string name = at < a.size() ? a[at++].str() : std::string();
+    const std::vector<value> rest(a.begin() + static_cast<std::ptrdiff_t>(at), a.end());
+    list out;
+    for (const value& item : items_of(v)) {
+      value x = item;
+      if (by_attr) {
+        x = value();
+        if (item.k == value::kind::dict)
+          if (auto it = item.m->find(attr); it != item.m->end()) x = it->second;
+      }
+      if ((name.empty() ? x.truthy() : test_named(name, x, rest)) == keep) out.push_back(item);
+    }
+    return value(std::move(out));
   }
 
   std::vector<dict> scopes_;

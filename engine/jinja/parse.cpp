@@ -23,6 +23,21 @@ struct segment {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+
+// Where a tag's `close` ("}}" or "%}") is, from `from`, skipping string literals: Jinja
+// reads `{{ "}}" }}` as one expression.
+std::size_t find_close(std::string_view t, std::size_t from, std::string_view close) {
+  for (std::size_t i = from; i < t.size(); ++i) {
+    if (t.compare(i, close.size(), close) == 0) return i;
+    if (t[i] != '"' && t[i] != '\'') continue;
+    const char quote = t[i];
+    for (++i; i < t.size() && t[i] != quote; ++i)
+      if (t[i] == '\\') ++i;
+    if (i >= t.size()) return t.find(close, from);  // the lexer reports the unterminated string
+  }
+  return std::string_view::npos;
+}
+
 std::vector<segment> segments(std::string_view t) {
   std::vector<segment> out;
   std::size_t pos = 0;
@@ -72,7 +87,7 @@ std::vector<segment> segments(std::string_view t) {
     line_at(open);
     pos = open;
     const std::string_view close = type == '{' ? "}}" : type == '%' ? "%}" : "#}";
-    std::size_t end = t.find(close, open + 2);
+    std::size_t end = type == '#' ? t.find(close, open + 2) : find_close(t, open + 2, close);
     if (end == std::string_view::npos) throw syntax_error("line " + std::to_string(line) + ": unclosed tag");
     std::size_t inner_begin = open + 2 + (minus_open || plus_open ? 1 : 0);
     std::size_t inner_end = end;

