@@ -35,7 +35,7 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
                                                     rt.tokenizer->vocab_size(), rt.tokenizer->eos());
       break;
     case config::executor_kind::cpu:
-      exec = std::make_unique<engine::cpu_executor>(rt.weights, kv, pool.threads);
+      exec = std::make_unique<engine::cpu_executor>(rt.cpu, kv, pool.threads, rt.cpu_kv);
       break;
     case config::executor_kind::cuda: {
 #if KILN_HAVE_CUDA

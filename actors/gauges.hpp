@@ -58,6 +58,9 @@ struct pool_gauge {
   std::string version;
   std::string status;          ///< loading | serving | degraded | failed
   std::uint64_t restarts = 0;  ///< children restarted by the pool's supervisor
+  std::string weights;         ///< cpu executor: f32 | bf16 | int8 (empty until loaded; other executors)
+  std::string kernels;         ///< cpu executor: the instruction-set path its products run
+  std::string kv;              ///< cpu executor: the KV cache dtype
 };
 
 /// (model, version, outcome) -> count; outcomes: completed, retried, failed_mid_stream and

@@ -81,7 +81,18 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
     }
     rt->tmpl = std::make_shared<const engine::chat_template>(std::move(std::get<engine::chat_template>(t)));
   }
-  rt->weights = m.weights;
+  if (cfg.executor == config::executor_kind::cpu) {
+    // The F32 weights as loaded go once converted: the replicas share the converted copy.
+    namespace kc = kernels::cpu;
+    kc::wtype type = m.weights->stored_dtype == "f32" ? kc::wtype::f32 : kc::wtype::bf16;
+    if (!cfg.weights_dtype.empty()) kc::parse_wtype(cfg.weights_dtype, type);
+    rt->cpu = engine::make_cpu_model(*m.weights, type);
+    rt->cpu_kv = cfg.kv_dtype == "f32" || (cfg.kv_dtype.empty() && type == kc::wtype::f32) ? engine::kv_dtype::f32
+                                                                                            : engine::kv_dtype::bf16;
+    m.load_seconds += rt->cpu->convert_seconds;
+  } else {
+    rt->weights = m.weights;
+  }
   rt->load_seconds = m.load_seconds;
   return rt;
 }

@@ -11,6 +11,7 @@
 #include "actors/messages.hpp"
 #include "config/config.hpp"
 #include "engine/chat_template.hpp"
+#include "engine/cpu_executor.hpp"
 #include "engine/llama_model.hpp"
 #include "engine/tokenizer.hpp"
 
@@ -20,7 +21,9 @@ struct pool_runtime {
   std::shared_ptr<const config::pool_config> cfg;
   std::shared_ptr<const engine::tokenizer> tokenizer;
   std::shared_ptr<const engine::chat_template> tmpl;      ///< null: the stand-in template
-  std::shared_ptr<const engine::llama_weights> weights;   ///< cpu executor
+  std::shared_ptr<const engine::llama_weights> weights;   ///< cuda executor: F32 as loaded
+  std::shared_ptr<const engine::cpu_model> cpu;           ///< cpu executor: in its weights_dtype
+  engine::kv_dtype cpu_kv = engine::kv_dtype::f32;
   std::string failure;                                     ///< non-empty: cannot serve
   double load_seconds = 0;                                 ///< reading the model from disk
 

@@ -64,7 +64,14 @@ pool_update pool_state::update() const {
 }
 
 void pool_state::publish() const {
-  if (d.gauges) d.gauges->set_pool({d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts()});
+  if (!d.gauges) return;
+  pool_gauge g{d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts(), {}, {}, {}};
+  if (runtime && runtime->cpu) {
+    g.weights = std::string(kernels::cpu::to_string(runtime->cpu->type));
+    g.kernels = std::string(kernels::cpu::to_string(runtime->cpu->path));
+    g.kv = runtime->cpu_kv == engine::kv_dtype::bf16 ? "bf16" : "f32";
+  }
+  d.gauges->set_pool(g);
 }
 
 bool pool_state::is_warm(const std::string& id) const {
@@ -309,6 +316,10 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
           std::fprintf(stderr, "kiln: pool unavailable: %s: %s\n", st.d.cfg->model.c_str(), st.runtime->failure.c_str());
           st.status = pool_status::failed;
         } else {
+          if (st.runtime->cpu)
+            std::fprintf(stderr, "kiln: pool %s@%s: cpu executor, %s, KV cache %s\n", st.d.cfg->model.c_str(),
+                         st.d.cfg->version.c_str(), st.runtime->cpu->describe().c_str(),
+                         st.runtime->cpu_kv == engine::kv_dtype::bf16 ? "bf16" : "f32");
           start_children(self);
           st.status = pool_status::serving;
         }

@@ -92,6 +92,10 @@ executor = "cpu"
 model_dir = "~/.kiln/models/tiny-chat"
 make_if_absent = "tiny"
 threads = 2
+# The weights in BF16 (the files hold F32), the products on the best kernels this CPU has
+# (printed at load; kiln_cpu_kernels_info in /metrics); f32 and int8 also serve.
+weights_dtype = "bf16"
+kv_dtype = "bf16"
 max_tokens_per_step = 256
 max_running = 16
 block_size = 16

@@ -5,38 +5,50 @@
 #include <cstring>
 
 #include "engine/sampler.hpp"
+#include "kernels/cpu/paged_attention.hpp"
 #include "kernels/reference/ops.hpp"
 #include "kernels/reference/rmsnorm.hpp"
 
 namespace kiln::engine {
 
 namespace ref = kiln::kernels::reference;
+namespace kc = kiln::kernels::cpu;
 
-cpu_executor::cpu_executor(std::shared_ptr<const llama_weights> weights, kv_geometry kv, int threads)
-    : w_(std::move(weights)), kv_(kv), pool_(threads) {
-  const llama_config& c = w_->cfg;
+cpu_executor::cpu_executor(std::shared_ptr<const cpu_model> model, kv_geometry kv, int threads, kv_dtype kv_type)
+    : m_(std::move(model)), kv_(kv), kv_type_(kv_type), pool_(threads) {
+  const llama_config& c = m_->cfg;
   inv_freq_.resize(static_cast<std::size_t>(c.head_dim / 2));
   ref::rope_inv_freq(static_cast<std::size_t>(c.head_dim), c.rope_theta, c.scaling.llama3 ? c.scaling.factor : 0,
                      c.scaling.low_freq_factor, c.scaling.high_freq_factor, c.scaling.original_max_position,
                      inv_freq_.data());
   const std::size_t per_layer = static_cast<std::size_t>(kv.num_blocks) * static_cast<std::size_t>(kv.block_size) *
                                 static_cast<std::size_t>(c.kv_heads) * static_cast<std::size_t>(c.head_dim);
-  k_cache_.assign(per_layer * static_cast<std::size_t>(c.layers), 0.f);
-  v_cache_.assign(per_layer * static_cast<std::size_t>(c.layers), 0.f);
+  const std::size_t n = per_layer * static_cast<std::size_t>(c.layers);
+  if (kv_type_ == kv_dtype::bf16) {
+    k_cache16_.assign(n, 0);
+    v_cache16_.assign(n, 0);
+  } else {
+    k_cache_.assign(n, 0.f);
+    v_cache_.assign(n, 0.f);
+  }
 }
 
+cpu_executor::cpu_executor(const std::shared_ptr<const llama_weights>& weights, kv_geometry kv, int threads)
+    : cpu_executor(make_cpu_model(*weights, kc::wtype::f32), kv, threads, kv_dtype::f32) {}
+
 void cpu_executor::matmul(const float* x, std::size_t T, std::size_t K, std::initializer_list<projection> outs) {
-  // One parallel loop over the outputs of every projection that reads the same input.
+  // The input prepared once (padded, or rounded to BF16, or quantised to 8 bits), then one
+  // parallel loop over the outputs of every projection that reads it.
+  kc::prepare(x, T, K, m_->type, m_->path, in_);
   std::size_t total = 0;
-  for (const auto& o : outs) total += o.N;
+  for (const auto& o : outs) total += o.w->N;
   pool_.parallel_for(total, [&](std::size_t n0, std::size_t n1) {
     std::size_t offset = 0;
     for (const auto& o : outs) {
-      const std::size_t lo = std::max(n0, offset), hi = std::min(n1, offset + o.N);
+      const std::size_t lo = std::max(n0, offset), hi = std::min(n1, offset + o.w->N);
       if (lo < hi)
-        ref::matmul_xwt(x, T, K, o.w->data(), o.bias && !o.bias->empty() ? o.bias->data() : nullptr, o.N, lo - offset,
-                        hi - offset, o.y);
-      offset += o.N;
+        kc::gemm(in_, *o.w, o.bias && !o.bias->empty() ? o.bias->data() : nullptr, lo - offset, hi - offset, o.y, o.w->N);
+      offset += o.w->N;
     }
   });
 }
@@ -44,7 +56,7 @@ void cpu_executor::matmul(const float* x, std::size_t T, std::size_t K, std::ini
 step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, std::span<const sample_slot> slots) {
   const auto started = std::chrono::steady_clock::now();
   step_execution out;
-  const llama_config& c = w_->cfg;
+  const llama_config& c = m_->cfg;
   const auto D = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.intermediate);
   const auto H = static_cast<std::size_t>(c.heads), KVH = static_cast<std::size_t>(c.kv_heads);
   const auto hd = static_cast<std::size_t>(c.head_dim), V = static_cast<std::size_t>(c.vocab);
@@ -74,18 +86,21 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
   up_.resize(T * F);
   for (std::size_t r = 0; r < T; ++r) {
     const auto tok = static_cast<std::size_t>(rows[r].seq->tokens[rows[r].position]);
-    std::memcpy(&x_[r * D], &w_->embed[std::min(tok, V - 1) * D], D * sizeof(float));
+    m_->embeddings().row(std::min(tok, V - 1), &x_[r * D]);
   }
 
-  const std::size_t per_layer = k_cache_.size() / static_cast<std::size_t>(c.layers);
+  const std::size_t per_layer = std::max(k_cache_.size(), k_cache16_.size()) / static_cast<std::size_t>(c.layers);
+  const bool kv16 = kv_type_ == kv_dtype::bf16;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const auto eps = static_cast<float>(c.rms_eps);
   for (std::size_t l = 0; l < static_cast<std::size_t>(c.layers); ++l) {
-    const layer_weights& L = w_->layers[l];
-    const ref::paged_kv_layer kv{k_cache_.data() + l * per_layer, v_cache_.data() + l * per_layer,
+    const cpu_layer& L = m_->layers[l];
+    const kc::paged_kv_bf16 kv16_layer{kv16 ? k_cache16_.data() + l * per_layer : nullptr, kv16 ? v_cache16_.data() + l * per_layer : nullptr,
+                                       static_cast<std::size_t>(kv_.block_size), KVH, hd};
+    const ref::paged_kv_layer kv{kv16 ? nullptr : k_cache_.data() + l * per_layer, kv16 ? nullptr : v_cache_.data() + l * per_layer,
                                  static_cast<std::size_t>(kv_.block_size), KVH, hd};
     ref::rmsnorm(x_.data(), L.attn_norm.data(), h_.data(), T, D, eps);
-    matmul(h_.data(), T, D, {{&L.wq, &L.bq, qdim, q_.data()}, {&L.wk, &L.bk, kvdim, k_.data()}, {&L.wv, &L.bv, kvdim, v_.data()}});
+    matmul(h_.data(), T, D, {{&L.wq, &L.bq, q_.data()}, {&L.wk, &L.bk, k_.data()}, {&L.wv, &L.bv, v_.data()}});
     if (c.qk_norm) {  // Qwen3: each head's q and k normalized (in place) before RoPE
       ref::rmsnorm(q_.data(), L.q_norm.data(), q_.data(), T * H, hd, eps);
       ref::rmsnorm(k_.data(), L.k_norm.data(), k_.data(), T * KVH, hd, eps);
@@ -97,23 +112,34 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
       ref::rope(&k_[r * kvdim], KVH, hd, static_cast<std::int64_t>(pos), inv_freq_.data());
       const block_id b = rows[r].seq->blocks[pos / static_cast<std::size_t>(kv_.block_size)];
       const std::size_t slot = pos % static_cast<std::size_t>(kv_.block_size);
-      std::memcpy(kv.k_at(b, slot), &k_[r * kvdim], kvdim * sizeof(float));
-      std::memcpy(kv.v_at(b, slot), &v_[r * kvdim], kvdim * sizeof(float));
+      if (kv16) {
+        kc::store_bf16(&k_[r * kvdim], kvdim, kv16_layer.k_at(b, slot));
+        kc::store_bf16(&v_[r * kvdim], kvdim, kv16_layer.v_at(b, slot));
+      } else {
+        std::memcpy(kv.k_at(b, slot), &k_[r * kvdim], kvdim * sizeof(float));
+        std::memcpy(kv.v_at(b, slot), &v_[r * kvdim], kvdim * sizeof(float));
+      }
     }
-    pool_.parallel_for(T, [&](std::size_t r0, std::size_t r1) {
+    // Every (row, KV head) pair on its own: a single decode row still spreads over the pool.
+    pool_.parallel_for(T * KVH, [&](std::size_t i0, std::size_t i1) {
       std::vector<float> scratch;
-      for (std::size_t r = r0; r < r1; ++r) {
-        scratch.resize(rows[r].position + 1);
-        ref::paged_attention_row(&q_[r * qdim], kv, rows[r].seq->blocks.data(), rows[r].position + 1, H, scale,
-                                 &attn_[r * qdim], scratch.data());
+      for (std::size_t i = i0; i < i1; ++i) {
+        const std::size_t r = i / KVH, kvh = i % KVH, context = rows[r].position + 1;
+        scratch.resize((H / KVH) * context + hd);
+        if (kv16)
+          kc::attend_kv_group(&q_[r * qdim], kv16_layer, rows[r].seq->blocks.data(), context, H, kvh, scale,
+                              &attn_[r * qdim], scratch.data());
+        else
+          kc::attend_kv_group(&q_[r * qdim], kv, rows[r].seq->blocks.data(), context, H, kvh, scale, &attn_[r * qdim],
+                              scratch.data());
       }
     });
-    matmul(attn_.data(), T, qdim, {{&L.wo, nullptr, D, o_.data()}});
+    matmul(attn_.data(), T, qdim, {{&L.wo, nullptr, o_.data()}});
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
     ref::rmsnorm(x_.data(), L.mlp_norm.data(), h_.data(), T, D, eps);
-    matmul(h_.data(), T, D, {{&L.w_gate, nullptr, F, gate_.data()}, {&L.w_up, nullptr, F, up_.data()}});
+    matmul(h_.data(), T, D, {{&L.w_gate, nullptr, gate_.data()}, {&L.w_up, nullptr, up_.data()}});
     ref::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
-    matmul(gate_.data(), T, F, {{&L.w_down, nullptr, D, o_.data()}});
+    matmul(gate_.data(), T, F, {{&L.w_down, nullptr, o_.data()}});
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
   }
 
@@ -123,10 +149,9 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
   for (const auto& p : lp_rows) sample_rows.push_back(p.row);
   std::vector<float> last(R * D), normed(R * D);
   for (std::size_t i = 0; i < R; ++i) std::memcpy(&last[i * D], &x_[sample_rows[i] * D], D * sizeof(float));
-  ref::rmsnorm(last.data(), w_->final_norm.data(), normed.data(), R, D, eps);
+  ref::rmsnorm(last.data(), m_->final_norm.data(), normed.data(), R, D, eps);
   logits_.resize(R * V);
-  const float* head = w_->head();
-  pool_.parallel_for(V, [&](std::size_t n0, std::size_t n1) { ref::matmul_xwt(normed.data(), R, D, head, nullptr, V, n0, n1, logits_.data()); });
+  if (R > 0) matmul(normed.data(), R, D, {{&m_->head, nullptr, logits_.data()}});
   auto row_logits = [&](std::size_t i) { return std::span<const float>(&logits_[i * V], V); };
   for (std::size_t i = 0; i < S && i < slots.size(); ++i) out.tokens.push_back(sample(row_logits(i), slots[i]));
   for (std::size_t i = 0; i < out.tokens.size(); ++i) {

@@ -150,6 +150,8 @@ std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const
           return;
         }
         out = to_f32(*v);
+        if (name == "model.embed_tokens.weight")
+          w->stored_dtype = v->type == dtype::bf16 ? "bf16" : v->type == dtype::f16 ? "f16" : "f32";
         return;
       }
     }

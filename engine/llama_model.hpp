@@ -54,6 +54,7 @@ struct llama_weights {
   std::vector<float> final_norm;  ///< [hidden]
   std::vector<float> lm_head;     ///< [vocab, hidden]; empty when tied to embed
   std::vector<layer_weights> layers;
+  std::string stored_dtype = "f32";  ///< the files' dtype (of the embeddings): f32, f16 or bf16
   const float* head() const { return lm_head.empty() ? embed.data() : lm_head.data(); }
   std::size_t bytes() const;      ///< F32 bytes a forward step reads
 };

@@ -224,6 +224,16 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
        [](const pgauge& p) { return p.status == "serving" ? 1 : 0; });
   rows(out, "kiln_pool_restarts_total", "counter", "Routers and replicas restarted by a pool's supervisor.", pools,
        pool_labels, [](const pgauge& p) { return p.restarts; });
+  std::vector<pgauge> cpu_pools;
+  for (const auto& p : pools)
+    if (!p.kernels.empty()) cpu_pools.push_back(p);
+  rows(out, "kiln_cpu_kernels_info", "gauge",
+       "1 for each cpu pool: its weights' dtype, the instruction-set path its matrix products run, its KV cache dtype.",
+       cpu_pools,
+       [](const pgauge& p) {
+         return labels({{"model", p.model}, {"version", p.version}, {"weights", p.weights}, {"kernels", p.kernels}, {"kv", p.kv}});
+       },
+       [](const pgauge&) { return 1; });
 
   family(out, "kiln_request_outcomes_total", "counter",
          "How requests ended in their owner, by model@version: completed, retried, failed_mid_stream, or an error code.");

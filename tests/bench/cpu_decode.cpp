@@ -1,8 +1,10 @@
 // cpu_decode: decode tokens/s of the CPU executor at batch 1 and 16 on a ~100M-parameter
-// model (made with make-tiny-model --size 100m when absent), beside the memory bandwidth a
-// triad loop measures in the same run. A decode step must read every weight once, so
-// roofline step time = bytes read per step / bandwidth; the fraction printed is that over
-// the measured step time.
+// model (made with make-tiny-model --size 100m when absent), with the weights in F32, BF16
+// and INT8 (each on the best kernels this CPU has, BF16 and INT8 with a BF16 KV cache),
+// beside the memory bandwidth a triad loop measures in the same run (best of before and
+// after). A decode step must read every weight once, so roofline step time = bytes read per
+// step in the weights' own dtype / bandwidth; the fraction printed is that over the
+// measured step time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,10 +51,10 @@ struct decode_result {
   double bytes_per_step = 0;
 };
 
-decode_result decode(std::shared_ptr<const llama_weights> w, int batch, int prompt_len, int steps, int threads) {
+decode_result decode(std::shared_ptr<const cpu_model> w, kv_dtype kv_type, int batch, int prompt_len, int steps, int threads) {
   const kv_geometry kv{1 + batch * ((prompt_len + steps + 16) / 16 + 1), 16};
   scheduler sched({4096, batch, 0}, kv.num_blocks, kv.block_size);
-  cpu_executor exec(w, kv, threads);
+  cpu_executor exec(w, kv, threads, kv_type);
   for (int b = 0; b < batch; ++b) {
     std::vector<token_id> prompt(static_cast<std::size_t>(prompt_len));
     for (int i = 0; i < prompt_len; ++i) prompt[static_cast<std::size_t>(i)] = (b * 131 + i * 7) % w->cfg.vocab;
@@ -77,7 +79,7 @@ decode_result decode(std::shared_ptr<const llama_weights> w, int batch, int prom
   }
   const double elapsed = seconds_since(t0);
   const llama_config& c = w->cfg;
-  const double kv_bytes_per_token = 2.0 * c.layers * c.kv_heads * c.head_dim * sizeof(float);
+  const double kv_bytes_per_token = 2.0 * c.layers * c.kv_heads * c.head_dim * (kv_type == kv_dtype::bf16 ? 2 : 4);
   r.step_s = elapsed / steps;
   r.tokens_per_s = batch * steps / elapsed;
   r.bytes_per_step = static_cast<double>(w->bytes()) + kv_tokens / steps * kv_bytes_per_token;
@@ -112,18 +114,31 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e->c_str());
     return 1;
   }
-  const auto w = std::get<loaded_model>(loaded).weights;
+  auto w = std::get<loaded_model>(loaded).weights;
   std::size_t params = w->bytes() / sizeof(float) + (w->lm_head.empty() ? 0 : w->embed.size());
-  std::printf("model: %s, %.1fM parameters, %.0f MB of F32 weights read per step, threads %d\n", dir.c_str(),
-              static_cast<double>(params) / 1e6, static_cast<double>(w->bytes()) / 1e6, threads);
-  const double bw = triad_bandwidth(64u << 20, threads, 10);
-  std::printf("triad bandwidth (64M floats, best of 10, %d threads): %.1f GB/s\n", threads, bw / 1e9);
-  std::printf("%-6s %12s %12s %14s %16s %10s\n", "batch", "step ms", "tokens/s", "MB read/step", "roofline ms", "fraction");
-  for (int batch : {1, 16}) {
-    const decode_result r = decode(w, batch, prompt, steps, threads);
+  std::printf("model: %s, %.1fM parameters, threads %d, cpu %s\n", dir.c_str(), static_cast<double>(params) / 1e6, threads,
+              kiln::kernels::cpu::features().summary().c_str());
+  namespace kc = kiln::kernels::cpu;
+  std::vector<std::shared_ptr<const cpu_model>> models;
+  for (kc::wtype t : {kc::wtype::f32, kc::wtype::bf16, kc::wtype::int8}) models.push_back(make_cpu_model(*w, t));
+  w.reset();  // only the converted copies from here on
+  std::vector<decode_result> results;
+  double bw = triad_bandwidth(64u << 20, threads, 10);
+  for (const auto& m : models)
+    for (int batch : {1, 16})
+      results.push_back(decode(m, m->type == kc::wtype::f32 ? kv_dtype::f32 : kv_dtype::bf16, batch, prompt, steps, threads));
+  bw = std::max(bw, triad_bandwidth(64u << 20, threads, 10));
+  std::printf("triad bandwidth (64M floats, best of 10 before and 10 after, %d threads): %.1f GB/s\n", threads, bw / 1e9);
+  std::printf("%-28s %-6s %10s %10s %10s %12s %13s %9s %9s\n", "weights (kernels)", "batch", "step ms", "tokens/s",
+              "x f32", "MB read/step", "roofline ms", "fraction", "of f32");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& m = *models[i / 2];
+    const decode_result& r = results[i];
     const double roofline = r.bytes_per_step / bw;
-    std::printf("%-6d %12.2f %12.1f %14.1f %16.2f %9.0f%%\n", batch, r.step_s * 1e3, r.tokens_per_s, r.bytes_per_step / 1e6,
-                roofline * 1e3, 100.0 * roofline / r.step_s);
+    const std::string name = std::string(kc::to_string(m.type)) + " (" + std::string(kc::to_string(m.path)) + ")";
+    std::printf("%-28s %-6d %10.2f %10.1f %9.2fx %12.1f %13.2f %8.0f%% %8.0f%%\n", name.c_str(), i % 2 ? 16 : 1,
+                r.step_s * 1e3, r.tokens_per_s, r.tokens_per_s / results[i % 2].tokens_per_s, r.bytes_per_step / 1e6,
+                roofline * 1e3, 100.0 * roofline / r.step_s, 100.0 * r.bytes_per_step / results[i % 2].bytes_per_step);
   }
   return 0;
 }

@@ -1,0 +1,201 @@
+#include "kernels/cpu/qmatrix.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/qmatrix_simd.hpp"
+#include "kernels/reference/quant.hpp"
+
+namespace kiln::kernels::cpu {
+
+std::string_view to_string(wtype t) {
+  switch (t) {
+    case wtype::f32: return "f32";
+    case wtype::bf16: return "bf16";
+    case wtype::int8: return "int8";
+  }
+  return "?";
+}
+
+bool parse_wtype(std::string_view s, wtype& out) {
+  for (wtype t : {wtype::f32, wtype::bf16, wtype::int8})
+    if (s == to_string(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+std::string_view to_string(isa_path p) {
+  switch (p) {
+    case isa_path::scalar: return "scalar";
+    case isa_path::avx2: return "avx2";
+    case isa_path::avx512: return "avx512";
+    case isa_path::avx512_bf16: return "avx512_bf16";
+    case isa_path::avx512_vnni: return "avx512_vnni";
+    case isa_path::avx_vnni: return "avx_vnni";
+  }
+  return "?";
+}
+
+const cpu_features& features() {
+  static const cpu_features f = [] {
+    cpu_features c;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    c.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+    c.avx512_vnni = c.avx512 && __builtin_cpu_supports("avx512vnni");
+    c.avx_vnni = c.avx2 && __builtin_cpu_supports("avxvnni");
+    c.amx = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("amx-int8");
+#endif
+    return c;
+  }();
+  return f;
+}
+
+std::string cpu_features::summary() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  };
+  add(avx2, "avx2");
+  add(avx512, "avx512");
+  add(avx512_bf16, "avx512_bf16");
+  add(avx512_vnni, "avx512_vnni");
+  add(avx_vnni, "avx_vnni");
+  add(amx, "amx");
+  return s.empty() ? "none" : s;
+}
+
+std::vector<isa_path> paths_for(wtype t) {
+  const cpu_features& f = features();
+  std::vector<isa_path> p;
+  if (t == wtype::bf16 && f.avx512_bf16) p.push_back(isa_path::avx512_bf16);
+  if (t == wtype::int8 && f.avx512_vnni) p.push_back(isa_path::avx512_vnni);
+  if (t == wtype::int8 && f.avx_vnni) p.push_back(isa_path::avx_vnni);
+  if (f.avx512) p.push_back(isa_path::avx512);
+  if (f.avx2) p.push_back(isa_path::avx2);
+  p.push_back(isa_path::scalar);
+  return p;
+}
+
+qmatrix qmatrix::from_f32(const float* w, std::size_t N, std::size_t K, wtype t) {
+  qmatrix m;
+  m.type = t;
+  m.N = N;
+  m.K = K;
+  m.Kp = (K + 127) / 128 * 128;
+  switch (t) {
+    case wtype::f32:
+      m.f32.assign(N * m.Kp, 0.f);
+      for (std::size_t n = 0; n < N; ++n) std::copy(w + n * K, w + (n + 1) * K, m.f32.begin() + static_cast<std::ptrdiff_t>(n * m.Kp));
+      break;
+    case wtype::bf16:
+      m.bf16.assign(N * m.Kp, 0);
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t k = 0; k < K; ++k) m.bf16[n * m.Kp + k] = to_bf16(w[n * K + k]);
+      break;
+    case wtype::int8: {
+      std::vector<std::int8_t> q(N * K);
+      m.scale.resize(N);
+      reference::quantize_rows_int8(w, N, K, q.data(), m.scale.data());
+      m.q.assign(N * m.Kp, 0);
+      m.qsum.assign(N, 0);
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t k = 0; k < K; ++k) {
+          m.q[n * m.Kp + k] = q[n * K + k];
+          m.qsum[n] += q[n * K + k];
+        }
+      break;
+    }
+  }
+  return m;
+}
+
+std::size_t qmatrix::bytes() const {
+  switch (type) {
+    case wtype::f32: return N * K * 4;
+    case wtype::bf16: return N * K * 2;
+    case wtype::int8: return N * K + N * 4;
+  }
+  return 0;
+}
+
+void qmatrix::row(std::size_t n, float* out) const {
+  for (std::size_t k = 0; k < K; ++k) {
+    const std::size_t i = n * Kp + k;
+    out[k] = type == wtype::f32 ? f32[i] : type == wtype::bf16 ? from_bf16(bf16[i]) : static_cast<float>(q[i]) * scale[n];
+  }
+}
+
+void prepare(const float* x, std::size_t T, std::size_t K, wtype t, isa_path p, prepared_input& out) {
+  out.path = p;
+  out.type = t;
+  out.T = T;
+  out.K = K;
+  out.Kp = (K + 127) / 128 * 128;
+  const std::size_t Kp = out.Kp;
+  if (t == wtype::bf16 && p == isa_path::avx512_bf16) {
+    out.xb.assign(T * Kp, 0);
+    for (std::size_t r = 0; r < T; ++r)
+      for (std::size_t k = 0; k < K; ++k) out.xb[r * Kp + k] = to_bf16(x[r * K + k]);
+  } else if (t == wtype::int8 && (p == isa_path::avx512_vnni || p == isa_path::avx_vnni)) {
+    // Per row: the largest magnitude maps to 127; stored offset by 128 (vpdpbusd's operand
+    // is unsigned; qmatrix::qsum takes the offset back out).
+    out.xu.assign(T * Kp, 128);
+    out.xs.resize(T);
+    for (std::size_t r = 0; r < T; ++r) {
+      float amax = 0;
+      for (std::size_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[r * K + k]));
+      const float s = amax > 0 ? amax / 127.f : 1.f;
+      out.xs[r] = s;
+      const float inv = 1.f / s;
+      for (std::size_t k = 0; k < K; ++k) {
+        const float q = std::clamp(std::nearbyint(x[r * K + k] * inv), -127.f, 127.f);
+        out.xu[r * Kp + k] = static_cast<std::uint8_t>(static_cast<int>(q) + 128);
+      }
+    }
+  } else {
+    out.xf.assign(T * Kp, 0.f);
+    for (std::size_t r = 0; r < T; ++r) std::copy(x + r * K, x + (r + 1) * K, out.xf.begin() + static_cast<std::ptrdiff_t>(r * Kp));
+  }
+}
+
+namespace {
+
+// The portable kernel: F32 products of the padded F32 rows and the widened weights, in the
+// same chunk order as the vector paths' two accumulators (alternating 16-wide chunks).
+void gemm_scalar(const prepared_input& in, const qmatrix& w, const float* bias, std::size_t n0, std::size_t n1, float* y,
+                 std::size_t ldy) {
+  std::vector<float> row(w.Kp, 0.f);
+  for (std::size_t n = n0; n < n1; ++n) {
+    w.row(n, row.data());
+    for (std::size_t t = 0; t < in.T; ++t) {
+      const float* x = in.xf.data() + t * in.Kp;
+      float acc[2][16] = {};
+      for (std::size_t k = 0; k < in.Kp; ++k) acc[(k / 16) % 2][k % 16] += x[k] * row[k];
+      float s = 0;
+      for (int l = 0; l < 16; ++l) s += acc[0][l] + acc[1][l];
+      y[t * ldy + n] = s + (bias ? bias[n] : 0.f);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::size_t n0, std::size_t n1, float* y,
+          std::size_t ldy) {
+  if (in.type != w.type || in.Kp != w.Kp) throw std::logic_error("gemm: input prepared for another matrix");
+  if (n0 >= n1 || in.T == 0) return;
+  if (in.path == isa_path::scalar) return gemm_scalar(in, w, bias, n0, n1, y, ldy);
+#if defined(__x86_64__)
+  if (simd::gemm(in, w, bias, n0, n1, y, ldy)) return;
+#endif
+  throw std::logic_error("gemm: no " + std::string(to_string(in.path)) + " kernel for " + std::string(to_string(w.type)));
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,257 @@
+#include "kernels/cpu/qmatrix_simd.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// GCC 12's _mm512_reduce_add_* trip its own -Wmaybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace kiln::kernels::cpu::simd {
+
+namespace {
+
+// Every kernel: tiles of R rows by C outputs, each (row, output) one accumulator over the
+// chunks in order, so a row's result is the same in any tile and any batch. Wide tiles (4 x
+// 4) load each activation and weight chunk once for 16 multiply-adds; one row runs 1 x 4,
+// four independent chains. P supplies the chunk width, loads, multiply-add and the
+// reduction of one accumulator.
+#define KILN_ROWS_LOOP                                                                                    \
+  template <std::size_t R, std::size_t C, class P>                                                         \
+  inline void tile(const P& p, std::size_t Kp, const float* bias, std::size_t t, std::size_t n, float* y, \
+                   std::size_t ldy) {                                                                     \
+    typename P::acc a[R][C];                                                                              \
+    _Pragma("GCC unroll 4") for (std::size_t r = 0; r < R; ++r)                                        \
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) a[r][c] = p.zero();                                             \
+    for (std::size_t k = 0; k < Kp; k += P::step) {                                                       \
+      decltype(p.w(0, 0)) w[C];                                                                           \
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) w[c] = p.w(n + c, k);                                           \
+      _Pragma("GCC unroll 4") for (std::size_t r = 0; r < R; ++r) {                                    \
+        const auto x = p.x(t + r, k);                                                                     \
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) a[r][c] = p.fma(a[r][c], x, w[c]);                            \
+      }                                                                                                   \
+    }                                                                                                     \
+    _Pragma("GCC unroll 4") for (std::size_t r = 0; r < R; ++r) {                                      \
+      /* Four accumulators reduce together; the tree each one takes never depends on the others. */       \
+      const typename P::acc z = p.zero();                                                                 \
+      float sums[4];                                                                                      \
+      p.reduce4(a[r][0], C > 1 ? a[r][C > 1 ? 1 : 0] : z, C > 2 ? a[r][C > 2 ? 2 : 0] : z,                  \
+                C > 3 ? a[r][C > 3 ? 3 : 0] : z, t + r, n, sums);                                            \
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c)                                       \
+        y[(t + r) * ldy + n + c] = sums[c] + (bias ? bias[n + c] : 0.f);                                  \
+    }                                                                                                     \
+  }                                                                                                       \
+  template <std::size_t RW, std::size_t CW, class P>                                                       \
+  void rows_loop(const P& p, std::size_t T, std::size_t Kp, const float* bias, std::size_t n0,            \
+                 std::size_t n1, float* y, std::size_t ldy) {                                             \
+    std::size_t n = n0;                                                                                   \
+    for (; n + CW <= n1; n += CW) {                                                                       \
+      std::size_t t = 0;                                                                                  \
+      for (; t + RW <= T; t += RW) tile<RW, CW>(p, Kp, bias, t, n, y, ldy);                               \
+      for (; t < T; ++t) tile<1, CW>(p, Kp, bias, t, n, y, ldy);                                          \
+    }                                                                                                     \
+    for (; n < n1; ++n)                                                                                   \
+      for (std::size_t t = 0; t < T; ++t) tile<1, 1>(p, Kp, bias, t, n, y, ldy);                          \
+  }
+
+// ---- AVX2 + FMA: F32, and BF16 / INT8 widened to F32 in registers ----
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace avx2 {
+
+// The four sums of a, b, c, d (8 lanes each), by one tree whatever the other three hold.
+inline __m128 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+inline __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+struct base {
+  using acc = __m256;
+  static constexpr std::size_t step = 8;
+  const prepared_input& in;
+  const qmatrix& m;
+  acc zero() const { return _mm256_setzero_ps(); }
+  __m256 x(std::size_t t, std::size_t k) const { return _mm256_loadu_ps(in.xf.data() + t * in.Kp + k); }
+  acc fma(acc a, __m256 x, __m256 w) const { return _mm256_fmadd_ps(x, w, a); }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { _mm_storeu_ps(out, sum4(a, b, c, d)); }
+};
+struct f32 : base {
+  __m256 w(std::size_t n, std::size_t k) const { return _mm256_loadu_ps(m.f32.data() + n * m.Kp + k); }
+};
+struct bf16 : base {
+  __m256 w(std::size_t n, std::size_t k) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.bf16.data() + n * m.Kp + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+struct int8 : base {
+  __m256 w(std::size_t n, std::size_t k) const {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m.q.data() + n * m.Kp + k));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t n, float* out) const {
+    _mm_storeu_ps(out, sum4(a, b, c, d));
+    for (std::size_t i = 0; i < 4 && n + i < m.N; ++i) out[i] *= m.scale[n + i];
+  }
+};
+
+// AVX-VNNI (256-bit vpdpbusd): unsigned 8-bit activations times the signed weights.
+struct vnni {
+  using acc = __m256i;
+  static constexpr std::size_t step = 32;
+  const prepared_input& in;
+  const qmatrix& m;
+  acc zero() const { return _mm256_setzero_si256(); }
+  __m256i x(std::size_t t, std::size_t k) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.xu.data() + t * in.Kp + k));
+  }
+  __m256i w(std::size_t n, std::size_t k) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.q.data() + n * m.Kp + k));
+  }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t t, std::size_t n, float* out) const {
+    alignas(16) std::int32_t sums[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sums), sum4(a, b, c, d));
+    for (std::size_t i = 0; i < 4 && n + i < m.N; ++i)
+      out[i] = in.xs[t] * m.scale[n + i] * static_cast<float>(sums[i] - 128LL * m.qsum[n + i]);
+  }
+};
+
+KILN_ROWS_LOOP
+
+}  // namespace avx2
+
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avxvnni")
+namespace avx2 {
+__m256i vnni_fma(__m256i a, __m256i x, __m256i w) { return _mm256_dpbusd_avx_epi32(a, x, w); }
+struct vnni_op : vnni {
+  acc fma(acc a, __m256i x, __m256i w) const { return vnni_fma(a, x, w); }
+};
+template void rows_loop<4, 2, vnni_op>(const vnni_op&, std::size_t, std::size_t, const float*, std::size_t, std::size_t,
+                                       float*, std::size_t);
+}  // namespace avx2
+#pragma GCC pop_options
+
+// ---- AVX-512: F32, BF16 / INT8 widened; AVX512-BF16 vdpbf16ps; AVX512-VNNI vpdpbusd ----
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni,avx2,fma")
+
+namespace avx512 {
+
+inline __m256 halves(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+inline __m256i halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+inline void store4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+  _mm_storeu_ps(out, avx2::sum4(halves(a), halves(b), halves(c), halves(d)));
+}
+
+struct base {
+  using acc = __m512;
+  static constexpr std::size_t step = 16;
+  const prepared_input& in;
+  const qmatrix& m;
+  acc zero() const { return _mm512_setzero_ps(); }
+  __m512 x(std::size_t t, std::size_t k) const { return _mm512_loadu_ps(in.xf.data() + t * in.Kp + k); }
+  acc fma(acc a, __m512 x, __m512 w) const { return _mm512_fmadd_ps(x, w, a); }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { store4(a, b, c, d, out); }
+};
+struct f32 : base {
+  __m512 w(std::size_t n, std::size_t k) const { return _mm512_loadu_ps(m.f32.data() + n * m.Kp + k); }
+};
+struct bf16 : base {
+  __m512 w(std::size_t n, std::size_t k) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.bf16.data() + n * m.Kp + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+struct int8 : base {
+  __m512 w(std::size_t n, std::size_t k) const {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.q.data() + n * m.Kp + k));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t n, float* out) const {
+    store4(a, b, c, d, out);
+    for (std::size_t i = 0; i < 4 && n + i < m.N; ++i) out[i] *= m.scale[n + i];
+  }
+};
+struct bf16_dot {
+  using acc = __m512;
+  static constexpr std::size_t step = 32;
+  const prepared_input& in;
+  const qmatrix& m;
+  acc zero() const { return _mm512_setzero_ps(); }
+  __m512bh x(std::size_t t, std::size_t k) const { return (__m512bh)_mm512_loadu_si512(in.xb.data() + t * in.Kp + k); }
+  __m512bh w(std::size_t n, std::size_t k) const { return (__m512bh)_mm512_loadu_si512(m.bf16.data() + n * m.Kp + k); }
+  acc fma(acc a, __m512bh x, __m512bh w) const { return _mm512_dpbf16_ps(a, x, w); }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { store4(a, b, c, d, out); }
+};
+struct vnni {
+  using acc = __m512i;
+  static constexpr std::size_t step = 64;
+  const prepared_input& in;
+  const qmatrix& m;
+  acc zero() const { return _mm512_setzero_si512(); }
+  __m512i x(std::size_t t, std::size_t k) const { return _mm512_loadu_si512(in.xu.data() + t * in.Kp + k); }
+  __m512i w(std::size_t n, std::size_t k) const { return _mm512_loadu_si512(m.q.data() + n * m.Kp + k); }
+  acc fma(acc a, __m512i x, __m512i w) const { return _mm512_dpbusd_epi32(a, x, w); }
+  void reduce4(acc a, acc b, acc c, acc d, std::size_t t, std::size_t n, float* out) const {
+    alignas(16) std::int32_t sums[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sums), avx2::sum4(halves(a), halves(b), halves(c), halves(d)));
+    for (std::size_t i = 0; i < 4 && n + i < m.N; ++i)
+      out[i] = in.xs[t] * m.scale[n + i] * static_cast<float>(sums[i] - 128LL * m.qsum[n + i]);
+  }
+};
+
+KILN_ROWS_LOOP
+
+}  // namespace avx512
+
+#pragma GCC pop_options
+
+}  // namespace
+
+bool gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::size_t n0, std::size_t n1, float* y,
+          std::size_t ldy) {
+  const std::size_t T = in.T, Kp = in.Kp;
+  switch (in.path) {
+    case isa_path::avx2:
+      switch (w.type) {
+        case wtype::f32: avx2::rows_loop<4, 2>(avx2::f32{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::bf16: avx2::rows_loop<4, 2>(avx2::bf16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::int8: avx2::rows_loop<4, 2>(avx2::int8{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+      }
+      return false;
+    case isa_path::avx_vnni:
+      if (w.type != wtype::int8) return false;
+      avx2::rows_loop<4, 2>(avx2::vnni_op{{in, w}}, T, Kp, bias, n0, n1, y, ldy);
+      return true;
+    case isa_path::avx512:
+      switch (w.type) {
+        case wtype::f32: avx512::rows_loop<4, 4>(avx512::f32{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::bf16: avx512::rows_loop<4, 4>(avx512::bf16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::int8: avx512::rows_loop<4, 4>(avx512::int8{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+      }
+      return false;
+    case isa_path::avx512_bf16:
+      if (w.type != wtype::bf16) return false;
+      avx512::rows_loop<4, 4>(avx512::bf16_dot{in, w}, T, Kp, bias, n0, n1, y, ldy);
+      return true;
+    case isa_path::avx512_vnni:
+      if (w.type != wtype::int8) return false;
+      avx512::rows_loop<4, 4>(avx512::vnni{in, w}, T, Kp, bias, n0, n1, y, ldy);
+      return true;
+    case isa_path::scalar: return false;
+  }
+  return false;
+}
+
+}  // namespace kiln::kernels::cpu::simd
+
+#endif
