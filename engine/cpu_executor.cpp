@@ -6,6 +6,7 @@
 
 #include "engine/sampler.hpp"
 #include "kernels/cpu/paged_attention.hpp"
+#include "kernels/cpu/qmatrix_simd.hpp"
 #include "kernels/reference/ops.hpp"
 #include "kernels/reference/rmsnorm.hpp"
 
@@ -138,7 +139,9 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
     ref::rmsnorm(x_.data(), L.mlp_norm.data(), h_.data(), T, D, eps);
     matmul(h_.data(), T, D, {{&L.w_gate, nullptr, gate_.data()}, {&L.w_up, nullptr, up_.data()}});
-    ref::silu_mul(gate_.data(), up_.data(), gate_.data(), T * F);
+    pool_.parallel_for(T, [&](std::size_t r0, std::size_t r1) {
+      kc::simd::silu_mul(&gate_[r0 * F], &up_[r0 * F], &gate_[r0 * F], (r1 - r0) * F);
+    });
     matmul(gate_.data(), T, F, {{&L.w_down, nullptr, o_.data()}});
     for (std::size_t i = 0; i < T * D; ++i) x_[i] += o_[i];
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/qmatrix.hpp"
+#include "kernels/cpu/qmatrix_simd.hpp"
 
 namespace kiln::kernels::cpu {
 
@@ -13,43 +14,46 @@ void store_bf16(const float* src, std::size_t n, std::uint16_t* dst) {
 
 namespace {
 
-// A key or value row of KV head kvh as F32: in place for an F32 cache, widened into `wide`
-// for a BF16 one.
-const float* kv_row(const reference::paged_kv_layer& kv, bool key, std::int32_t block, std::size_t slot, std::size_t kvh, float*) {
-  return (key ? kv.k_at(block, slot) : kv.v_at(block, slot)) + kvh * kv.head_dim;
-}
-const float* kv_row(const paged_kv_bf16& kv, bool key, std::int32_t block, std::size_t slot, std::size_t kvh, float* wide) {
-  const std::uint16_t* src = (key ? kv.k_at(block, slot) : kv.v_at(block, slot)) + kvh * kv.head_dim;
-  for (std::size_t d = 0; d < kv.head_dim; ++d) wide[d] = from_bf16(src[d]);
-  return wide;
-}
+// Attention of one KV head's query group, the cache read row by row in place (F32) or
+// through the BF16 helpers.
+struct f32_rows {
+  const reference::paged_kv_layer& kv;
+  const float* k(std::int32_t b, std::size_t s, std::size_t kvh) const { return kv.k_at(b, s) + kvh * kv.head_dim; }
+  const float* v(std::int32_t b, std::size_t s, std::size_t kvh) const { return kv.v_at(b, s) + kvh * kv.head_dim; }
+  static float dot(const float* q, const float* k, std::size_t n) { return reference::dot(q, k, n); }
+  static void axpy(float a, const float* v, float* out, std::size_t n) { simd::axpy(a, v, out, n); }
+};
+struct bf16_rows {
+  const paged_kv_bf16& kv;
+  const std::uint16_t* k(std::int32_t b, std::size_t s, std::size_t kvh) const { return kv.k_at(b, s) + kvh * kv.head_dim; }
+  const std::uint16_t* v(std::int32_t b, std::size_t s, std::size_t kvh) const { return kv.v_at(b, s) + kvh * kv.head_dim; }
+  static float dot(const float* q, const std::uint16_t* k, std::size_t n) { return simd::dot_bf16(q, k, n); }
+  static void axpy(float a, const std::uint16_t* v, float* out, std::size_t n) { simd::axpy_bf16(a, v, out, n); }
+};
 
-template <class KV>
-void attend(const float* q, const KV& kv, const std::int32_t* table, std::size_t context, std::size_t heads, std::size_t kvh,
-            float scale, float* out, float* scratch) {
+template <class Rows, class KV>
+void attend(const Rows& rows, const float* q, const KV& kv, const std::int32_t* table, std::size_t context, std::size_t heads,
+            std::size_t kvh, float scale, float* out, float* scratch) {
   const std::size_t hd = kv.head_dim, group = heads / kv.kv_heads;
-  float* wide = scratch + group * context;
   for (std::size_t p = 0; p < context; ++p) {
-    const float* k = kv_row(kv, true, table[p / kv.block_size], p % kv.block_size, kvh, wide);
-    for (std::size_t g = 0; g < group; ++g) scratch[g * context + p] = reference::dot(q + (kvh * group + g) * hd, k, hd) * scale;
+    const auto* k = rows.k(table[p / kv.block_size], p % kv.block_size, kvh);
+    for (std::size_t g = 0; g < group; ++g) scratch[g * context + p] = Rows::dot(q + (kvh * group + g) * hd, k, hd) * scale;
   }
-  std::vector<float> denom(group, 0.f);
   for (std::size_t g = 0; g < group; ++g) {
     float* s = scratch + g * context;
     const float max_score = *std::max_element(s, s + context);
+    float denom = 0;
     for (std::size_t p = 0; p < context; ++p) {
       s[p] = std::exp(s[p] - max_score);
-      denom[g] += s[p];
+      denom += s[p];
     }
+    const float inv = 1.f / denom;
+    for (std::size_t p = 0; p < context; ++p) s[p] *= inv;
     std::fill(out + (kvh * group + g) * hd, out + (kvh * group + g + 1) * hd, 0.f);
   }
   for (std::size_t p = 0; p < context; ++p) {
-    const float* v = kv_row(kv, false, table[p / kv.block_size], p % kv.block_size, kvh, wide);
-    for (std::size_t g = 0; g < group; ++g) {
-      const float wgt = scratch[g * context + p] / denom[g];
-      float* oh = out + (kvh * group + g) * hd;
-      for (std::size_t d = 0; d < hd; ++d) oh[d] += wgt * v[d];
-    }
+    const auto* v = rows.v(table[p / kv.block_size], p % kv.block_size, kvh);
+    for (std::size_t g = 0; g < group; ++g) Rows::axpy(scratch[g * context + p], v, out + (kvh * group + g) * hd, hd);
   }
 }
 
@@ -57,12 +61,12 @@ void attend(const float* q, const KV& kv, const std::int32_t* table, std::size_t
 
 void attend_kv_group(const float* q, const reference::paged_kv_layer& kv, const std::int32_t* block_table,
                      std::size_t context, std::size_t heads, std::size_t kvh, float scale, float* out, float* scratch) {
-  attend(q, kv, block_table, context, heads, kvh, scale, out, scratch);
+  attend(f32_rows{kv}, q, kv, block_table, context, heads, kvh, scale, out, scratch);
 }
 
 void attend_kv_group(const float* q, const paged_kv_bf16& kv, const std::int32_t* block_table, std::size_t context,
                      std::size_t heads, std::size_t kvh, float scale, float* out, float* scratch) {
-  attend(q, kv, block_table, context, heads, kvh, scale, out, scratch);
+  attend(bf16_rows{kv}, q, kv, block_table, context, heads, kvh, scale, out, scratch);
 }
 
 }  // namespace kiln::kernels::cpu

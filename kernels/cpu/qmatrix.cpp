@@ -142,13 +142,15 @@ void prepare(const float* x, std::size_t T, std::size_t K, wtype t, isa_path p, 
   if (t == wtype::bf16 && p == isa_path::avx512_bf16) {
     out.xb.assign(T * Kp, 0);
     for (std::size_t r = 0; r < T; ++r)
-      for (std::size_t k = 0; k < K; ++k) out.xb[r * Kp + k] = to_bf16(x[r * K + k]);
+      if (!simd::to_bf16_row(x + r * K, K, &out.xb[r * Kp]))
+        for (std::size_t k = 0; k < K; ++k) out.xb[r * Kp + k] = to_bf16(x[r * K + k]);
   } else if (t == wtype::int8 && (p == isa_path::avx512_vnni || p == isa_path::avx_vnni)) {
     // Per row: the largest magnitude maps to 127; stored offset by 128 (vpdpbusd's operand
     // is unsigned; qmatrix::qsum takes the offset back out).
     out.xu.assign(T * Kp, 128);
     out.xs.resize(T);
     for (std::size_t r = 0; r < T; ++r) {
+      if (simd::quantize_row_u8(x + r * K, K, &out.xu[r * Kp], out.xs[r])) continue;
       float amax = 0;
       for (std::size_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[r * K + k]));
       const float s = amax > 0 ? amax / 127.f : 1.f;
@@ -192,9 +194,7 @@ void gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::si
   if (in.type != w.type || in.Kp != w.Kp) throw std::logic_error("gemm: input prepared for another matrix");
   if (n0 >= n1 || in.T == 0) return;
   if (in.path == isa_path::scalar) return gemm_scalar(in, w, bias, n0, n1, y, ldy);
-#if defined(__x86_64__)
   if (simd::gemm(in, w, bias, n0, n1, y, ldy)) return;
-#endif
   throw std::logic_error("gemm: no " + std::string(to_string(in.path)) + " kernel for " + std::string(to_string(w.type)));
 }
 

@@ -3,6 +3,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/reference/ops.hpp"
+
 // GCC 12's _mm512_reduce_add_* trip its own -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -211,11 +216,131 @@ struct vnni {
 
 KILN_ROWS_LOOP
 
+void to_bf16_row(const float* x, std::size_t K, std::uint16_t* out) {
+  std::size_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+    _mm512_storeu_si512(out + k, (__m512i)h);
+  }
+  for (; k < K; ++k) out[k] = kernels::cpu::to_bf16(x[k]);
+}
+
+void quantize_row_u8(const float* x, std::size_t K, std::uint8_t* out, float& scale) {
+  __m512 mx = _mm512_setzero_ps();
+  std::size_t k = 0;
+  for (; k + 16 <= K; k += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  float amax = _mm512_reduce_max_ps(mx);
+  for (std::size_t i = k; i < K; ++i) amax = std::max(amax, std::fabs(x[i]));
+  scale = amax > 0 ? amax / 127.f : 1.f;
+  const float inv = 1.f / scale;
+  const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (k = 0; k + 16 <= K; k += 16) {
+    const __m512 q = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + k), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), offset)));
+  }
+  for (; k < K; ++k) {
+    const float q = std::clamp(std::nearbyint(x[k] * inv), -127.f, 127.f);
+    out[k] = static_cast<std::uint8_t>(static_cast<int>(q) + 128);
+  }
+}
+
+float dot_bf16(const float* q, const std::uint16_t* kv, std::size_t n) {
+  __m512 a = _mm512_setzero_ps();
+  std::size_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    const __m512 k = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kv + d))), 16));
+    a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), k, a);
+  }
+  float s = _mm512_reduce_add_ps(a);
+  for (; d < n; ++d) s += q[d] * kernels::cpu::from_bf16(kv[d]);
+  return s;
+}
+
+void axpy_bf16(float w, const std::uint16_t* v, float* out, std::size_t n) {
+  const __m512 a = _mm512_set1_ps(w);
+  std::size_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    const __m512 x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + d))), 16));
+    _mm512_storeu_ps(out + d, _mm512_fmadd_ps(a, x, _mm512_loadu_ps(out + d)));
+  }
+  for (; d < n; ++d) out[d] += w * kernels::cpu::from_bf16(v[d]);
+}
+
+void axpy(float w, const float* v, float* out, std::size_t n) {
+  const __m512 a = _mm512_set1_ps(w);
+  std::size_t d = 0;
+  for (; d + 16 <= n; d += 16) _mm512_storeu_ps(out + d, _mm512_fmadd_ps(a, _mm512_loadu_ps(v + d), _mm512_loadu_ps(out + d)));
+  for (; d < n; ++d) out[d] += w * v[d];
+}
+
+// e^x for |x| < 88: 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), p
+// the Taylor polynomial of degree 6 (|r| <= ln 2 / 2: relative error below 2e-7).
+__m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.f)), _mm512_set1_ps(-87.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+void silu_mul(const float* g, const float* u, float* out, std::size_t n) {
+  std::size_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(g + i);
+    const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+  }
+  for (; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
 }  // namespace avx512
 
 #pragma GCC pop_options
 
 }  // namespace
+
+bool to_bf16_row(const float* x, std::size_t K, std::uint16_t* out) {
+  if (!features().avx512_bf16) return false;
+  avx512::to_bf16_row(x, K, out);
+  return true;
+}
+
+bool quantize_row_u8(const float* x, std::size_t K, std::uint8_t* out, float& scale) {
+  if (!features().avx512) return false;
+  avx512::quantize_row_u8(x, K, out, scale);
+  return true;
+}
+
+float dot_bf16(const float* q, const std::uint16_t* k, std::size_t n) {
+  if (features().avx512) return avx512::dot_bf16(q, k, n);
+  float s = 0;
+  for (std::size_t d = 0; d < n; ++d) s += q[d] * from_bf16(k[d]);
+  return s;
+}
+
+void axpy_bf16(float a, const std::uint16_t* v, float* out, std::size_t n) {
+  if (features().avx512) return avx512::axpy_bf16(a, v, out, n);
+  for (std::size_t d = 0; d < n; ++d) out[d] += a * from_bf16(v[d]);
+}
+
+void axpy(float a, const float* v, float* out, std::size_t n) {
+  if (features().avx512) return avx512::axpy(a, v, out, n);
+  for (std::size_t d = 0; d < n; ++d) out[d] += a * v[d];
+}
+
+void silu_mul(const float* g, const float* u, float* out, std::size_t n) {
+  if (features().avx512) return avx512::silu_mul(g, u, out, n);
+  reference::silu_mul(g, u, out, n);
+}
 
 bool gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::size_t n0, std::size_t n1, float* y,
           std::size_t ldy) {
@@ -251,6 +376,30 @@ bool gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::si
   }
   return false;
 }
+
+}  // namespace kiln::kernels::cpu::simd
+
+#else
+
+#include "kernels/reference/ops.hpp"
+
+namespace kiln::kernels::cpu::simd {
+
+bool to_bf16_row(const float*, std::size_t, std::uint16_t*) { return false; }
+bool quantize_row_u8(const float*, std::size_t, std::uint8_t*, float&) { return false; }
+float dot_bf16(const float* q, const std::uint16_t* k, std::size_t n) {
+  float s = 0;
+  for (std::size_t d = 0; d < n; ++d) s += q[d] * from_bf16(k[d]);
+  return s;
+}
+void axpy_bf16(float a, const std::uint16_t* v, float* out, std::size_t n) {
+  for (std::size_t d = 0; d < n; ++d) out[d] += a * from_bf16(v[d]);
+}
+void axpy(float a, const float* v, float* out, std::size_t n) {
+  for (std::size_t d = 0; d < n; ++d) out[d] += a * v[d];
+}
+void silu_mul(const float* g, const float* u, float* out, std::size_t n) { reference::silu_mul(g, u, out, n); }
+bool gemm(const prepared_input&, const qmatrix&, const float*, std::size_t, std::size_t, float*, std::size_t) { return false; }
 
 }  // namespace kiln::kernels::cpu::simd
 

@@ -91,14 +91,16 @@ decode_result decode(std::shared_ptr<const cpu_model> w, kv_dtype kv_type, int b
 int main(int argc, char** argv) {
   std::string dir = "/tmp/kiln-bench-100m";
   int threads = 2, steps = 32, prompt = 64;
+  std::string only;  // one dtype (for profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     if (f == "--model") dir = argv[i + 1];
     else if (f == "--threads") threads = std::atoi(argv[i + 1]);
     else if (f == "--steps") steps = std::atoi(argv[i + 1]);
     else if (f == "--prompt") prompt = std::atoi(argv[i + 1]);
+    else if (f == "--only") only = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: cpu_decode [--model DIR] [--threads N] [--steps N] [--prompt N]\n");
+      std::fprintf(stderr, "usage: cpu_decode [--model DIR] [--threads N] [--steps N] [--prompt N] [--only f32|bf16|int8]\n");
       return 2;
     }
   }
@@ -120,7 +122,8 @@ int main(int argc, char** argv) {
               kiln::kernels::cpu::features().summary().c_str());
   namespace kc = kiln::kernels::cpu;
   std::vector<std::shared_ptr<const cpu_model>> models;
-  for (kc::wtype t : {kc::wtype::f32, kc::wtype::bf16, kc::wtype::int8}) models.push_back(make_cpu_model(*w, t));
+  for (kc::wtype t : {kc::wtype::f32, kc::wtype::bf16, kc::wtype::int8})
+    if (only.empty() || only == kc::to_string(t)) models.push_back(make_cpu_model(*w, t));
   w.reset();  // only the converted copies from here on
   std::vector<decode_result> results;
   double bw = triad_bandwidth(64u << 20, threads, 10);
