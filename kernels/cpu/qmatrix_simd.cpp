@@ -20,6 +20,10 @@ namespace {
 // 4) load each activation and weight chunk once for 16 multiply-adds; one row runs 1 x 4,
 // four independent chains. P supplies the chunk width, loads, multiply-add and the
 // reduction of one accumulator.
+// How far ahead of its loads a kernel prefetches the weight stream (measured on the
+// development machine: 8 KiB beat 0, 1, 2, 4 and 16 KiB overall).
+constexpr std::size_t kPrefetchBytes = 8192;
+
 #define KILN_ROWS_LOOP                                                                                    \
   template <std::size_t R, std::size_t C, class P>                                                         \
   inline void tile(const P& p, std::size_t Kp, const float* bias, std::size_t t, std::size_t n, float* y, \
@@ -29,7 +33,11 @@ namespace {
       _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) a[r][c] = p.zero();                                             \
     for (std::size_t k = 0; k < Kp; k += P::step) {                                                       \
       decltype(p.w(0, 0)) w[C];                                                                           \
-      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) w[c] = p.w(n + c, k);                                           \
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) {                                     \
+        /* the stream runs ahead of the loads (rows are contiguous: into later rows) */                 \
+        _mm_prefetch(p.row(n + c) + (k + kPrefetchBytes / P::esize) * P::esize, _MM_HINT_T0);           \
+        w[c] = p.w(n + c, k);                                                                           \
+      }                                                                                                 \
       _Pragma("GCC unroll 4") for (std::size_t r = 0; r < R; ++r) {                                    \
         const auto x = p.x(t + r, k);                                                                     \
         _Pragma("GCC unroll 4") for (std::size_t c = 0; c < C; ++c) a[r][c] = p.fma(a[r][c], x, w[c]);                            \
@@ -85,15 +93,21 @@ struct base {
   void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { _mm_storeu_ps(out, sum4(a, b, c, d)); }
 };
 struct f32 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.f32.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 4;
   __m256 w(std::size_t n, std::size_t k) const { return _mm256_loadu_ps(m.f32.data() + n * m.Kp + k); }
 };
 struct bf16 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.bf16.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 2;
   __m256 w(std::size_t n, std::size_t k) const {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.bf16.data() + n * m.Kp + k));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
 struct int8 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.q.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 1;
   __m256 w(std::size_t n, std::size_t k) const {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m.q.data() + n * m.Kp + k));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
@@ -114,6 +128,8 @@ struct vnni {
   __m256i x(std::size_t t, std::size_t k) const {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.xu.data() + t * in.Kp + k));
   }
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.q.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 1;
   __m256i w(std::size_t n, std::size_t k) const {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.q.data() + n * m.Kp + k));
   }
@@ -168,15 +184,21 @@ struct base {
   void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { store4(a, b, c, d, out); }
 };
 struct f32 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.f32.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 4;
   __m512 w(std::size_t n, std::size_t k) const { return _mm512_loadu_ps(m.f32.data() + n * m.Kp + k); }
 };
 struct bf16 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.bf16.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 2;
   __m512 w(std::size_t n, std::size_t k) const {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.bf16.data() + n * m.Kp + k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 };
 struct int8 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.q.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 1;
   __m512 w(std::size_t n, std::size_t k) const {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m.q.data() + n * m.Kp + k));
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
@@ -193,6 +215,8 @@ struct bf16_dot {
   const qmatrix& m;
   acc zero() const { return _mm512_setzero_ps(); }
   __m512bh x(std::size_t t, std::size_t k) const { return (__m512bh)_mm512_loadu_si512(in.xb.data() + t * in.Kp + k); }
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.bf16.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 2;
   __m512bh w(std::size_t n, std::size_t k) const { return (__m512bh)_mm512_loadu_si512(m.bf16.data() + n * m.Kp + k); }
   acc fma(acc a, __m512bh x, __m512bh w) const { return _mm512_dpbf16_ps(a, x, w); }
   void reduce4(acc a, acc b, acc c, acc d, std::size_t, std::size_t, float* out) const { store4(a, b, c, d, out); }
@@ -204,6 +228,8 @@ struct vnni {
   const qmatrix& m;
   acc zero() const { return _mm512_setzero_si512(); }
   __m512i x(std::size_t t, std::size_t k) const { return _mm512_loadu_si512(in.xu.data() + t * in.Kp + k); }
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.q.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 1;
   __m512i w(std::size_t n, std::size_t k) const { return _mm512_loadu_si512(m.q.data() + n * m.Kp + k); }
   acc fma(acc a, __m512i x, __m512i w) const { return _mm512_dpbusd_epi32(a, x, w); }
   void reduce4(acc a, acc b, acc c, acc d, std::size_t t, std::size_t n, float* out) const {
@@ -296,7 +322,9 @@ void silu_mul(const float* g, const float* u, float* out, std::size_t n) {
   const __m512 one = _mm512_set1_ps(1.f);
   for (; i + 16 <= n; i += 16) {
     const __m512 x = _mm512_loadu_ps(g + i);
-    const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    // Below -87, x e^x is under 1e-36: zero (e^-x would be clamped, not the quotient).
+    s = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_GE_OQ), s);
     _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
   }
   for (; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];

@@ -8,6 +8,10 @@
 #include <random>
 
 #include "kernels/cpu/qmatrix.hpp"
+#include "kernels/cpu/qmatrix_simd.hpp"
+#include "kernels/reference/ops.hpp"
+
+#include <algorithm>
 
 using namespace kiln::kernels::cpu;
 
@@ -115,4 +119,59 @@ TEST_CASE("cpu kernels: BF16 rounds to nearest even, INT8 rows scale to 127, byt
   prepare(w.data(), 1, 3, wtype::bf16, isa_path::scalar, wrong);
   std::vector<float> y(2);
   CHECK_THROWS(gemm(wrong, q, nullptr, 0, 2, y.data(), 2));  // prepared for another dtype
+}
+
+TEST_CASE("cpu kernels: the vector helpers equal their scalar forms (rounding, quantising) or the reference (SiLU)") {
+  namespace simd = kiln::kernels::cpu::simd;
+  std::mt19937 rng(5);
+  for (std::size_t K : {1u, 15u, 16u, 33u, 200u, 768u}) {
+    CAPTURE(K);
+    auto x = randn(rng, K, 3.f);
+    if (K > 3) x[2] = -0.f;
+    // BF16 rounding: bit for bit the scalar's.
+    std::vector<std::uint16_t> b(K);
+    if (simd::to_bf16_row(x.data(), K, b.data()))
+      for (std::size_t k = 0; k < K; ++k) CHECK(b[k] == to_bf16(x[k]));
+    // 8-bit quantisation: the scalar's scale and codes.
+    std::vector<std::uint8_t> u(K);
+    float scale = 0;
+    if (simd::quantize_row_u8(x.data(), K, u.data(), scale)) {
+      float amax = 0;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      CHECK(scale == amax / 127.f);
+      for (std::size_t k = 0; k < K; ++k)
+        CHECK(static_cast<int>(u[k]) == static_cast<int>(std::clamp(std::nearbyint(x[k] * (1.f / scale)), -127.f, 127.f)) + 128);
+    }
+    // Dot and axpy with a BF16 operand, against F64.
+    std::vector<std::uint16_t> kb(K);
+    for (std::size_t k = 0; k < K; ++k) kb[k] = to_bf16(x[(k * 7) % K]);
+    double want = 0, mag = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      want += static_cast<double>(x[k]) * from_bf16(kb[k]);
+      mag += std::fabs(static_cast<double>(x[k]) * from_bf16(kb[k]));
+    }
+    CHECK(std::fabs(simd::dot_bf16(x.data(), kb.data(), K) - want) <= 1e-5 * mag + 1e-6);
+    std::vector<float> out(K, 1.f), out32(K, 1.f);
+    simd::axpy_bf16(0.5f, kb.data(), out.data(), K);
+    std::vector<float> wide(K);
+    for (std::size_t k = 0; k < K; ++k) wide[k] = from_bf16(kb[k]);
+    simd::axpy(0.5f, wide.data(), out32.data(), K);
+    for (std::size_t k = 0; k < K; ++k) {
+      CHECK(out[k] == doctest::Approx(1.0 + 0.5 * wide[k]).epsilon(1e-6));
+      CHECK(out32[k] == out[k]);
+    }
+  }
+  // SiLU times up: relative 1e-6 of the reference over the whole useful range, and the ends.
+  std::vector<float> g, up;
+  for (float v = -100.f; v <= 100.f; v += 0.0371f) g.push_back(v);
+  for (float v : {-1e30f, -88.f, -87.5f, 87.5f, 88.f, 1e30f, 0.f, -0.f, 1e-30f}) g.push_back(v);
+  up.assign(g.size(), 1.5f);
+  std::vector<float> got(g.size()), ref(g.size());
+  simd::silu_mul(g.data(), up.data(), got.data(), g.size());
+  kiln::kernels::reference::silu_mul(g.data(), up.data(), ref.data(), g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CAPTURE(g[i]);
+    CHECK(std::isfinite(got[i]));
+    CHECK(std::fabs(got[i] - ref[i]) <= 1e-6 * std::fabs(ref[i]) + 1e-30);
+  }
 }
