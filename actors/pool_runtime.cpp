@@ -84,7 +84,8 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
   if (cfg.executor == config::executor_kind::cpu) {
     // The F32 weights as loaded go once converted: the replicas share the converted copy.
     namespace kc = kernels::cpu;
-    kc::wtype type = m.weights->stored_dtype == "f32" ? kc::wtype::f32 : kc::wtype::bf16;
+    kc::wtype type = kc::wtype::f32;
+    kc::parse_wtype(m.weights->stored_dtype, type);  // f32, f16 or bf16: as the files hold them
     if (!cfg.weights_dtype.empty()) kc::parse_wtype(cfg.weights_dtype, type);
     rt->cpu = engine::make_cpu_model(*m.weights, type);
     rt->cpu_kv = cfg.kv_dtype == "f32" || (cfg.kv_dtype.empty() && type == kc::wtype::f32) ? engine::kv_dtype::f32

@@ -186,8 +186,9 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   else if (executor == "cuda") p.executor = executor_kind::cuda;
   else if (executor != "sim") r.fail("executor", "must be \"sim\", \"cpu\" or \"cuda\" (got \"" + executor + "\")");
   r.text("weights_dtype", p.weights_dtype);
-  if (!p.weights_dtype.empty() && p.weights_dtype != "bf16" && p.weights_dtype != "f32" && p.weights_dtype != "int8")
-    r.fail("weights_dtype", "must be bf16, f32 or int8");
+  if (!p.weights_dtype.empty() && p.weights_dtype != "bf16" && p.weights_dtype != "f32" && p.weights_dtype != "int8" &&
+      !(p.weights_dtype == "f16" && p.executor == executor_kind::cpu))
+    r.fail("weights_dtype", p.executor == executor_kind::cpu ? "must be bf16, f16, f32 or int8" : "must be bf16, f32 or int8");
   r.text("kv_dtype", p.kv_dtype);
   if (!p.kv_dtype.empty() && p.kv_dtype != "bf16" && p.kv_dtype != "f32") r.fail("kv_dtype", "must be bf16 or f32");
   r.number("gpu_memory_fraction", p.gpu_memory_fraction, 0.05, 0.99);

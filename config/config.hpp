@@ -101,8 +101,8 @@ struct pool_config {
   std::string model_dir;          ///< cpu, cuda: a Hugging Face model directory ("~/" is $HOME)
   std::string make_if_absent;     ///< cpu, cuda: a make-tiny-model size to create model_dir with
   int threads = 2;                ///< cpu: threads of the forward pass
-  /// bf16 | f32 | int8 (weight-only, one scale per row); empty: cuda bf16, cpu the model's own
-  /// (bf16 for BF16/F16 files, f32 for F32)
+  /// bf16 | f32 | int8 (weight-only, one scale per row), and f16 on cpu; empty: cuda bf16,
+  /// cpu the model files' own (bf16, f16 or f32)
   std::string weights_dtype;
   std::string kv_dtype;  ///< cpu: f32 | bf16; empty: f32 with f32 weights, bf16 otherwise
   double gpu_memory_fraction = 0.90;   ///< cuda: of device memory for weights + KV

@@ -15,12 +15,13 @@ std::string_view to_string(wtype t) {
     case wtype::f32: return "f32";
     case wtype::bf16: return "bf16";
     case wtype::int8: return "int8";
+    case wtype::f16: return "f16";
   }
   return "?";
 }
 
 bool parse_wtype(std::string_view s, wtype& out) {
-  for (wtype t : {wtype::f32, wtype::bf16, wtype::int8})
+  for (wtype t : {wtype::f32, wtype::bf16, wtype::int8, wtype::f16})
     if (s == to_string(t)) {
       out = t;
       return true;
@@ -83,6 +84,52 @@ std::vector<isa_path> paths_for(wtype t) {
   return p;
 }
 
+std::uint16_t to_f16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
+  if (a < 0x38800000u) {
+    // A subnormal half (or zero): the value in units of 2^-24, rounded to nearest even.
+    if (a < 0x33000000u) return sign;  // below half the smallest subnormal
+    const std::uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(a >> 23);  // 14 .. 24
+    std::uint32_t h = mant >> shift;
+    const std::uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
+  std::uint32_t h = ((a >> 13) - (112u << 10));
+  const std::uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float from_f16(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  std::uint32_t u;
+  if (e == 0) {
+    if (m == 0) {
+      u = sign;
+    } else {  // subnormal: m * 2^-24
+      const float v = static_cast<float>(m) * 0x1p-24f;
+      std::memcpy(&u, &v, 4);
+      u |= sign;
+    }
+  } else if (e == 31) {
+    u = sign | 0x7f800000u | (m << 13);
+  } else {
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 qmatrix qmatrix::from_f32(const float* w, std::size_t N, std::size_t K, wtype t) {
   qmatrix m;
   m.type = t;
@@ -93,6 +140,11 @@ qmatrix qmatrix::from_f32(const float* w, std::size_t N, std::size_t K, wtype t)
     case wtype::f32:
       m.f32.assign(N * m.Kp, 0.f);
       for (std::size_t n = 0; n < N; ++n) std::copy(w + n * K, w + (n + 1) * K, m.f32.begin() + static_cast<std::ptrdiff_t>(n * m.Kp));
+      break;
+    case wtype::f16:
+      m.f16.assign(N * m.Kp, 0);
+      for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t k = 0; k < K; ++k) m.f16[n * m.Kp + k] = to_f16(w[n * K + k]);
       break;
     case wtype::bf16:
       m.bf16.assign(N * m.Kp, 0);
@@ -119,7 +171,8 @@ qmatrix qmatrix::from_f32(const float* w, std::size_t N, std::size_t K, wtype t)
 std::size_t qmatrix::bytes() const {
   switch (type) {
     case wtype::f32: return N * K * 4;
-    case wtype::bf16: return N * K * 2;
+    case wtype::bf16:
+    case wtype::f16: return N * K * 2;
     case wtype::int8: return N * K + N * 4;
   }
   return 0;
@@ -128,7 +181,10 @@ std::size_t qmatrix::bytes() const {
 void qmatrix::row(std::size_t n, float* out) const {
   for (std::size_t k = 0; k < K; ++k) {
     const std::size_t i = n * Kp + k;
-    out[k] = type == wtype::f32 ? f32[i] : type == wtype::bf16 ? from_bf16(bf16[i]) : static_cast<float>(q[i]) * scale[n];
+    out[k] = type == wtype::f32    ? f32[i]
+             : type == wtype::bf16 ? from_bf16(bf16[i])
+             : type == wtype::f16  ? from_f16(f16[i])
+                                   : static_cast<float>(q[i]) * scale[n];
   }
 }
 

@@ -4,6 +4,7 @@
 // scale per row, as the cuda executor quantises). Each dtype has kernels for several
 // instruction sets, chosen at run time from CPUID (best first) or named by tests:
 //   f32:  avx512, avx2 (FMA), scalar
+//   f16:  avx512, avx2 (F16C; weights widened to F32 in registers, exact), scalar
 //   bf16: avx512_bf16 (vdpbf16ps; activations rounded to BF16 per step), avx512, avx2
 //         (weights widened to F32 in registers, exact), scalar
 //   int8: avx512_vnni, avx_vnni (vpdpbusd; activations quantised per row to 8 bits per
@@ -19,9 +20,9 @@
 
 namespace kiln::kernels::cpu {
 
-enum class wtype : std::uint8_t { f32, bf16, int8 };
+enum class wtype : std::uint8_t { f32, bf16, int8, f16 };
 std::string_view to_string(wtype t);
-/// "f32" | "bf16" | "int8"; false for anything else.
+/// "f32" | "bf16" | "int8" | "f16"; false for anything else.
 bool parse_wtype(std::string_view s, wtype& out);
 
 enum class isa_path : std::uint8_t { scalar, avx2, avx512, avx512_bf16, avx512_vnni, avx_vnni };
@@ -47,6 +48,7 @@ struct qmatrix {
   std::size_t N = 0, K = 0, Kp = 0;
   std::vector<float> f32;           ///< [N, Kp]
   std::vector<std::uint16_t> bf16;  ///< [N, Kp], BF16 bits (round to nearest even from F32)
+  std::vector<std::uint16_t> f16;   ///< [N, Kp], IEEE half bits (round to nearest even from F32)
   std::vector<std::int8_t> q;       ///< [N, Kp]
   std::vector<float> scale;         ///< [N]: row n is q[n] * scale[n]
   std::vector<std::int32_t> qsum;   ///< [N]: sum of q[n] (VNNI's unsigned-activation offset)
@@ -85,6 +87,9 @@ inline std::uint16_t to_bf16(float x) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>(u >> 16);
 }
+/// IEEE half bits of x, rounded to nearest even (overflow to infinity, subnormals kept); and back.
+std::uint16_t to_f16(float x);
+float from_f16(std::uint16_t h);
 inline float from_bf16(std::uint16_t b) {
   const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
   float x;

@@ -105,6 +105,13 @@ struct bf16 : base {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
+struct f16 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.f16.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 2;
+  __m256 w(std::size_t n, std::size_t k) const {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m.f16.data() + n * m.Kp + k)));
+  }
+};
 struct int8 : base {
   const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.q.data() + n * m.Kp); }
   static constexpr std::size_t esize = 1;
@@ -194,6 +201,13 @@ struct bf16 : base {
   __m512 w(std::size_t n, std::size_t k) const {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.bf16.data() + n * m.Kp + k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+struct f16 : base {
+  const char* row(std::size_t n) const { return reinterpret_cast<const char*>(m.f16.data() + n * m.Kp); }
+  static constexpr std::size_t esize = 2;
+  __m512 w(std::size_t n, std::size_t k) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m.f16.data() + n * m.Kp + k)));
   }
 };
 struct int8 : base {
@@ -379,6 +393,7 @@ bool gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::si
         case wtype::f32: avx2::rows_loop<4, 2>(avx2::f32{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
         case wtype::bf16: avx2::rows_loop<4, 2>(avx2::bf16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
         case wtype::int8: avx2::rows_loop<4, 2>(avx2::int8{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::f16: avx2::rows_loop<4, 2>(avx2::f16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
       }
       return false;
     case isa_path::avx_vnni:
@@ -390,6 +405,7 @@ bool gemm(const prepared_input& in, const qmatrix& w, const float* bias, std::si
         case wtype::f32: avx512::rows_loop<4, 4>(avx512::f32{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
         case wtype::bf16: avx512::rows_loop<4, 4>(avx512::bf16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
         case wtype::int8: avx512::rows_loop<4, 4>(avx512::int8{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
+        case wtype::f16: avx512::rows_loop<4, 4>(avx512::f16{{in, w}}, T, Kp, bias, n0, n1, y, ldy); return true;
       }
       return false;
     case isa_path::avx512_bf16:

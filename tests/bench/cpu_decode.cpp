@@ -22,6 +22,24 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+// /proc/cpuinfo's "model name", or "unknown".
+std::string cpu_model_name() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return "unknown";
+  char line[512];
+  std::string name = "unknown";
+  while (std::fgets(line, sizeof line, f)) {
+    const std::string l(line);
+    if (l.rfind("model name", 0) == 0 && l.find(':') != std::string::npos) {
+      name = l.substr(l.find(':') + 2);
+      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+      break;
+    }
+  }
+  std::fclose(f);
+  return name;
+}
+
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
 // Best of `reps` of a[i] = b[i] + s * c[i] over n floats on `threads` threads; bytes/s
@@ -118,8 +136,8 @@ int main(int argc, char** argv) {
   }
   auto w = std::get<loaded_model>(loaded).weights;
   std::size_t params = w->bytes() / sizeof(float) + (w->lm_head.empty() ? 0 : w->embed.size());
-  std::printf("model: %s, %.1fM parameters, threads %d, cpu %s\n", dir.c_str(), static_cast<double>(params) / 1e6, threads,
-              kiln::kernels::cpu::features().summary().c_str());
+  std::printf("model: %s, %.1fM parameters, threads %d\ncpu: %s (%s)\n", dir.c_str(), static_cast<double>(params) / 1e6,
+              threads, cpu_model_name().c_str(), kiln::kernels::cpu::features().summary().c_str());
   namespace kc = kiln::kernels::cpu;
   std::vector<std::shared_ptr<const cpu_model>> models;
   for (kc::wtype t : {kc::wtype::f32, kc::wtype::bf16, kc::wtype::int8})

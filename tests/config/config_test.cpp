@@ -68,7 +68,10 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "executor = \"cuda\"\nmodel_dir = \"/m\"\nweights_dtype = \"f8\"\n") ==
         "test.toml: pools[0].weights_dtype must be bf16, f32 or int8");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nweights_dtype = \"int4\"\n") ==
+        "test.toml: pools[0].weights_dtype must be bf16, f16, f32 or int8");
+  CHECK(error_of(kMinimal + "executor = \"cuda\"\nmodel_dir = \"/m\"\nweights_dtype = \"f16\"\n") ==
         "test.toml: pools[0].weights_dtype must be bf16, f32 or int8");
+  CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nweights_dtype = \"f16\"\n").empty());
   CHECK(error_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/m\"\nkv_dtype = \"f16\"\n") ==
         "test.toml: pools[0].kv_dtype must be bf16 or f32");
   for (const char* ok : {"weights_dtype = \"int8\"\nkv_dtype = \"f32\"\n", "weights_dtype = \"f32\"\nkv_dtype = \"bf16\"\n", ""})

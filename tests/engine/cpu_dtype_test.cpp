@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
+
+#include <stdlib.h>
 
 #include "engine/cpu_executor.hpp"
 #include "engine/tiny_model.hpp"
@@ -101,12 +104,12 @@ agreement compare(const llama_weights& reference_w, const std::shared_ptr<const 
 
 }  // namespace
 
-TEST_CASE("cpu executor: BF16 and INT8 weights against the same weights in F32, on every path this CPU has") {
+TEST_CASE("cpu executor: BF16, INT8 and F16 weights against the same weights in F32, on every path this CPU has") {
   const llama_weights w = random_llama(small(), 2024);
   // Stated tolerances, as a fraction of the largest |logit|: F32 arithmetic on the BF16 or
   // dequantised INT8 values 1e-4; BF16 activations (vdpbf16ps) 1.5%; 8-bit activations 4%;
   // a BF16 KV cache 1% more.
-  for (kc::wtype t : {kc::wtype::bf16, kc::wtype::int8}) {
+  for (kc::wtype t : {kc::wtype::bf16, kc::wtype::int8, kc::wtype::f16}) {
     const llama_weights stored = as_stored(w, t);
     for (kc::isa_path p : kc::paths_for(t)) {
       for (kv_dtype kv : {kv_dtype::f32, kv_dtype::bf16}) {
@@ -134,4 +137,23 @@ TEST_CASE("cpu model: bytes count each dtype's storage; describe names dtype, pa
   CHECK(q->bytes() < f->bytes() / 3);
   CHECK(b->describe().rfind("bf16 weights on " + std::string(kc::to_string(kc::paths_for(kc::wtype::bf16).front())), 0) == 0);
   CHECK(make_cpu_model(w, kc::wtype::int8, kc::isa_path::scalar)->path == kc::isa_path::scalar);
+}
+
+TEST_CASE("model loading: the files' dtype is kept, so a cpu pool serves BF16 and F16 files as stored") {
+  llama_config c = small();
+  c.architecture = "LlamaForCausalLM";
+  const llama_weights w = random_llama(c, 8);
+  char tmpl[] = "/tmp/kiln-dtype-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  for (const auto& [type, name] : {std::pair{dtype::f32, "f32"}, {dtype::f16, "f16"}, {dtype::bf16, "bf16"}}) {
+    const std::string dir = root + "/" + name;
+    REQUIRE(save_llama(dir, w, type).empty());
+    auto loaded = load_llama(dir);
+    if (auto* e = std::get_if<std::string>(&loaded)) FAIL(*e);
+    REQUIRE(std::holds_alternative<std::shared_ptr<const llama_weights>>(loaded));
+    CHECK(std::get<std::shared_ptr<const llama_weights>>(loaded)->stored_dtype == name);
+    kc::wtype t;
+    CHECK(kc::parse_wtype(name, t));
+  }
+  std::filesystem::remove_all(root);
 }

@@ -12,6 +12,9 @@
 #include "kernels/reference/ops.hpp"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 using namespace kiln::kernels::cpu;
 
@@ -43,7 +46,7 @@ double tolerance(isa_path p, const float* x, const std::vector<float>& row, std:
 TEST_CASE("cpu kernels: every dtype on every path this CPU has, against F64, alone and in batches") {
   std::mt19937 rng(11);
   MESSAGE("cpu features: " << features().summary());
-  for (wtype t : {wtype::f32, wtype::bf16, wtype::int8}) {
+  for (wtype t : {wtype::f32, wtype::bf16, wtype::int8, wtype::f16}) {
     for (const auto& [N, K] : {std::pair<std::size_t, std::size_t>{37, 200}, {64, 128}, {5, 1}, {130, 384}}) {
       const auto w = randn(rng, N * K, 0.05f);
       std::vector<float> bias = randn(rng, N);
@@ -119,6 +122,39 @@ TEST_CASE("cpu kernels: BF16 rounds to nearest even, INT8 rows scale to 127, byt
   prepare(w.data(), 1, 3, wtype::bf16, isa_path::scalar, wrong);
   std::vector<float> y(2);
   CHECK_THROWS(gemm(wrong, q, nullptr, 0, 2, y.data(), 2));  // prepared for another dtype
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) std::uint16_t hardware_f16(float x) {
+  return static_cast<std::uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float hardware_from_f16(std::uint16_t h) { return _cvtsh_ss(h); }
+#endif
+
+TEST_CASE("cpu kernels: F16 conversions round to nearest even, as F16C does, subnormals and infinities included") {
+  CHECK(to_f16(1.0f) == 0x3c00);
+  CHECK(to_f16(-2.0f) == 0xc000);
+  CHECK(to_f16(65504.f) == 0x7bff);
+  CHECK(to_f16(65520.f) == 0x7c00);  // halfway to the next: rounds up to infinity
+  CHECK(to_f16(0x1p-24f) == 0x0001);
+  CHECK(to_f16(0x1p-25f) == 0x0000);  // a tie to even: zero
+  CHECK(from_f16(0x0001) == 0x1p-24f);
+  CHECK(std::isnan(from_f16(to_f16(std::nanf("")))));
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("f16c")) return;
+  std::mt19937 rng(9);
+  for (int i = 0; i < 200000; ++i) {
+    std::uint32_t u = static_cast<std::uint32_t>(rng());
+    if (i % 2) u = (u & 0x807fffffu) | ((100u + u % 60u) << 23);  // mostly within half's range
+    float x;
+    std::memcpy(&x, &u, 4);
+    if (std::isnan(x)) continue;
+    CAPTURE(x);
+    REQUIRE(to_f16(x) == hardware_f16(x));
+    const auto h = static_cast<std::uint16_t>(u & 0xffffu);
+    if (((h >> 10) & 0x1f) != 0x1f) REQUIRE(from_f16(h) == hardware_from_f16(h));
+  }
+#endif
 }
 
 TEST_CASE("cpu kernels: the vector helpers equal their scalar forms (rounding, quantising) or the reference (SiLU)") {
