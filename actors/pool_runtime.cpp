@@ -65,7 +65,14 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
       return rt;
     }
   }
-  auto loaded = engine::load_model_dir(dir);
+  // A cpu pool's matrices go to its dtype as they are read (no whole F32 copy at any time).
+  std::optional<engine::cpu_model_loader> cpu;
+  if (cfg.executor == config::executor_kind::cpu) {
+    std::optional<kernels::cpu::wtype> type;
+    if (kernels::cpu::wtype t; kernels::cpu::parse_wtype(cfg.weights_dtype, t)) type = t;
+    cpu.emplace(type);
+  }
+  auto loaded = engine::load_model_dir(dir, cpu ? cpu->sink() : engine::weight_sink{});
   if (auto* e = std::get_if<std::string>(&loaded)) {
     rt->failure = *e;
     return rt;
@@ -81,16 +88,12 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
     }
     rt->tmpl = std::make_shared<const engine::chat_template>(std::move(std::get<engine::chat_template>(t)));
   }
-  if (cfg.executor == config::executor_kind::cpu) {
-    // The F32 weights as loaded go once converted: the replicas share the converted copy.
-    namespace kc = kernels::cpu;
-    kc::wtype type = kc::wtype::f32;
-    kc::parse_wtype(m.weights->stored_dtype, type);  // f32, f16 or bf16: as the files hold them
-    if (!cfg.weights_dtype.empty()) kc::parse_wtype(cfg.weights_dtype, type);
-    rt->cpu = engine::make_cpu_model(*m.weights, type);
-    rt->cpu_kv = cfg.kv_dtype == "f32" || (cfg.kv_dtype.empty() && type == kc::wtype::f32) ? engine::kv_dtype::f32
-                                                                                            : engine::kv_dtype::bf16;
-    m.load_seconds += rt->cpu->convert_seconds;
+  if (cpu) {
+    // The replicas share the converted model; the F32 vectors left hold norms and biases only.
+    rt->cpu = cpu->finish(*m.weights);
+    rt->cpu_kv = cfg.kv_dtype == "f32" || (cfg.kv_dtype.empty() && rt->cpu->type == kernels::cpu::wtype::f32)
+                     ? engine::kv_dtype::f32
+                     : engine::kv_dtype::bf16;
   } else {
     rt->weights = m.weights;
   }

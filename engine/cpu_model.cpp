@@ -1,6 +1,7 @@
 #include "engine/cpu_model.hpp"
 
 #include <chrono>
+#include <utility>
 
 namespace kiln::engine {
 
@@ -16,6 +17,63 @@ std::size_t cpu_model::bytes() const {
 std::string cpu_model::describe() const {
   return std::string(kc::to_string(type)) + " weights on " + std::string(kc::to_string(path)) +
          " (cpu: " + kc::features().summary() + ")";
+}
+
+namespace {
+
+// A layer's norms and biases, F32 as loaded.
+void copy_vectors(const layer_weights& l, cpu_layer& o) {
+  o.attn_norm = l.attn_norm;
+  o.bq = l.bq;
+  o.bk = l.bk;
+  o.bv = l.bv;
+  o.q_norm = l.q_norm;
+  o.k_norm = l.k_norm;
+  o.mlp_norm = l.mlp_norm;
+}
+
+}  // namespace
+
+cpu_model_loader::cpu_model_loader(std::optional<kc::wtype> type) : type_(type) {}
+
+weight_sink cpu_model_loader::sink() {
+  return [this](const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K) { take(w, m, N, K); };
+}
+
+void cpu_model_loader::take(const llama_weights& w, std::vector<float>& v, std::size_t N, std::size_t K) {
+  const auto started = std::chrono::steady_clock::now();
+  if (!type_) {  // the embeddings come first, and tell the files' dtype
+    kc::wtype t = kc::wtype::f32;
+    kc::parse_wtype(w.stored_dtype, t);
+    type_ = t;
+  }
+  if (m_->layers.size() != w.layers.size()) m_->layers.resize(w.layers.size());
+  kc::qmatrix* into = nullptr;
+  if (&v == &w.embed) into = w.cfg.tie_embeddings ? &m_->head : &m_->embed;
+  else if (&v == &w.lm_head) into = &m_->head;
+  for (std::size_t i = 0; i < w.layers.size() && !into; ++i) {
+    const layer_weights& l = w.layers[i];
+    cpu_layer& o = m_->layers[i];
+    const std::pair<const std::vector<float>*, kc::qmatrix*> slots[] = {
+        {&l.wq, &o.wq}, {&l.wk, &o.wk}, {&l.wv, &o.wv}, {&l.wo, &o.wo}, {&l.w_gate, &o.w_gate}, {&l.w_up, &o.w_up}, {&l.w_down, &o.w_down}};
+    for (const auto& [from, to] : slots)
+      if (from == &v) into = to;
+  }
+  if (!into) return;  // not a matrix the executor multiplies by: left as it is
+  *into = kc::qmatrix::from_f32(v.data(), N, K, *type_);
+  std::vector<float>().swap(v);
+  spent_ += std::chrono::steady_clock::now() - started;
+}
+
+std::shared_ptr<const cpu_model> cpu_model_loader::finish(const llama_weights& w) {
+  m_->cfg = w.cfg;
+  m_->type = type_.value_or(kc::wtype::f32);
+  m_->path = kc::paths_for(m_->type).front();
+  m_->final_norm = w.final_norm;
+  m_->layers.resize(w.layers.size());
+  for (std::size_t i = 0; i < w.layers.size(); ++i) copy_vectors(w.layers[i], m_->layers[i]);
+  m_->convert_seconds = std::chrono::duration<double>(spent_).count();
+  return std::exchange(m_, std::make_shared<cpu_model>());
 }
 
 std::shared_ptr<const cpu_model> make_cpu_model(const llama_weights& w, kc::wtype type) {
@@ -38,13 +96,7 @@ std::shared_ptr<const cpu_model> make_cpu_model(const llama_weights& w, kc::wtyp
   m->final_norm = w.final_norm;
   for (const layer_weights& l : w.layers) {
     cpu_layer o;
-    o.attn_norm = l.attn_norm;
-    o.bq = l.bq;
-    o.bk = l.bk;
-    o.bv = l.bv;
-    o.q_norm = l.q_norm;
-    o.k_norm = l.k_norm;
-    o.mlp_norm = l.mlp_norm;
+    copy_vectors(l, o);
     o.wq = conv(l.wq, qdim, D);
     o.wk = conv(l.wk, kvdim, D);
     o.wv = conv(l.wv, kvdim, D);

@@ -2,7 +2,9 @@
 // A Llama-family model laid out for the CPU executor in one weight dtype (F32, BF16 or INT8
 // weight-only): the projection matrices as kernels::cpu::qmatrix, norms and biases in F32.
 // Built once per pool and shared by its replicas; the F32 weights it came from can go.
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,23 @@ struct cpu_model {
   std::size_t bytes() const;
   /// e.g. "bf16 weights on avx512_bf16 (cpu: avx2 avx512 avx512_bf16 ...)"
   std::string describe() const;
+};
+
+/// Builds a cpu_model while load_llama / load_model_dir read the files: each matrix is
+/// converted as it arrives and its F32 values freed, so memory holds the model in its dtype
+/// plus one F32 matrix at most. Without a type, the files' own (f32, f16 or bf16).
+class cpu_model_loader {
+ public:
+  explicit cpu_model_loader(std::optional<kernels::cpu::wtype> type = std::nullopt);
+  weight_sink sink();
+  /// The model, once loading succeeded: the norms and biases come from `w`.
+  std::shared_ptr<const cpu_model> finish(const llama_weights& w);
+
+ private:
+  void take(const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K);
+  std::optional<kernels::cpu::wtype> type_;
+  std::shared_ptr<cpu_model> m_ = std::make_shared<cpu_model>();
+  std::chrono::steady_clock::duration spent_{};
 };
 
 /// Converts `w` to `type`, running the best kernels this CPU has for it (or `path`).

@@ -104,7 +104,8 @@ std::size_t llama_weights::bytes() const {
   return n * sizeof(float);
 }
 
-std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const std::string& dir_name) {
+std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const std::string& dir_name,
+                                                                           const weight_sink& sink) {
   const fs::path dir(dir_name);
   std::string text;
   if (!fs::is_directory(dir)) return dir_name + ": not a model directory";
@@ -152,6 +153,8 @@ std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const
         out = to_f32(*v);
         if (name == "model.embed_tokens.weight")
           w->stored_dtype = v->type == dtype::bf16 ? "bf16" : v->type == dtype::f16 ? "f16" : "f32";
+        if (sink && shape.size() == 2)
+          sink(*w, out, static_cast<std::size_t>(shape[0]), static_cast<std::size_t>(shape[1]));
         return;
       }
     }

@@ -3,6 +3,7 @@
 // MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and model.safetensors or shards listed in
 // model.safetensors.index.json, F32/F16/BF16, memory-mapped and converted to F32.
 // Anything wrong gives one clear error line.
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,6 +60,12 @@ struct llama_weights {
   std::size_t bytes() const;      ///< F32 bytes a forward step reads
 };
 
-std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const std::string& dir);
+/// Called for each matrix (embeddings, head, projections) as soon as it is read, as F32
+/// [N, K] inside the weights being built; it may take the values and leave the vector empty
+/// (the cpu executor converts each to its dtype at once, so no whole F32 copy ever exists).
+using weight_sink = std::function<void(const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K)>;
+
+std::variant<std::shared_ptr<const llama_weights>, std::string> load_llama(const std::string& dir,
+                                                                           const weight_sink& sink = {});
 
 }  // namespace kiln::engine

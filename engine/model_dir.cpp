@@ -116,10 +116,10 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
   return save_llama(dir_name, w, size == "100m" ? dtype::bf16 : dtype::f32);
 }
 
-std::variant<loaded_model, std::string> load_model_dir(const std::string& dir) {
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink) {
   const auto started = std::chrono::steady_clock::now();
   loaded_model m;
-  auto w = load_llama(dir);
+  auto w = load_llama(dir, sink);
   if (auto* e = std::get_if<std::string>(&w)) return *e;
   m.weights = std::get<std::shared_ptr<const llama_weights>>(w);
   auto t = bpe_tokenizer::load((fs::path(dir) / "tokenizer.json").string());

@@ -19,7 +19,8 @@ struct loaded_model {
 };
 
 /// Loads everything; one error line naming the file at fault.
-std::variant<loaded_model, std::string> load_model_dir(const std::string& dir);
+/// `sink`: as load_llama's (the matrices handed over as they are read).
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink = {});
 
 /// Sizes of `make-tiny-model`: "tiny" (a few hundred thousand parameters, for tests),
 /// "small" (a few million), "100m" (about 100 million, for the CPU decode benchmark).

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "engine/cpu_executor.hpp"
+#include "engine/cpu_model.hpp"
 #include "engine/tiny_model.hpp"
 #include "kernels/cpu/qmatrix.hpp"
 #include "kernels/reference/quant.hpp"
@@ -151,9 +152,31 @@ TEST_CASE("model loading: the files' dtype is kept, so a cpu pool serves BF16 an
     auto loaded = load_llama(dir);
     if (auto* e = std::get_if<std::string>(&loaded)) FAIL(*e);
     REQUIRE(std::holds_alternative<std::shared_ptr<const llama_weights>>(loaded));
-    CHECK(std::get<std::shared_ptr<const llama_weights>>(loaded)->stored_dtype == name);
+    const auto& full = *std::get<std::shared_ptr<const llama_weights>>(loaded);
+    CHECK(full.stored_dtype == name);
     kc::wtype t;
-    CHECK(kc::parse_wtype(name, t));
+    REQUIRE(kc::parse_wtype(name, t));
+    // Converted as read: the same model as converting the whole F32 load, none of its
+    // matrices left in F32, in the files' dtype unless one is asked for.
+    for (std::optional<kc::wtype> asked : {std::optional<kc::wtype>{}, std::optional<kc::wtype>{kc::wtype::int8}}) {
+      cpu_model_loader loader(asked);
+      auto streamed = load_llama(dir, loader.sink());
+      REQUIRE(std::holds_alternative<std::shared_ptr<const llama_weights>>(streamed));
+      const auto& left = *std::get<std::shared_ptr<const llama_weights>>(streamed);
+      const auto model = loader.finish(left);
+      const auto whole = make_cpu_model(full, asked.value_or(t));
+      CHECK(model->type == asked.value_or(t));
+      CHECK(left.embed.empty());
+      CHECK(left.layers[1].w_down.empty());
+      CHECK(left.layers[1].mlp_norm.size() == 64);  // norms stay
+      CHECK(model->bytes() == whole->bytes());
+      CHECK(model->head.bf16 == whole->head.bf16);
+      CHECK(model->head.f16 == whole->head.f16);
+      CHECK(model->head.f32 == whole->head.f32);
+      CHECK(model->layers[1].w_up.q == whole->layers[1].w_up.q);
+      CHECK(model->layers[0].wq.scale == whole->layers[0].wq.scale);
+      CHECK(model->layers[1].mlp_norm == whole->layers[1].mlp_norm);
+    }
   }
   std::filesystem::remove_all(root);
 }
