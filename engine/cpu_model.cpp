@@ -34,13 +34,17 @@ void copy_vectors(const layer_weights& l, cpu_layer& o) {
 
 }  // namespace
 
-cpu_model_loader::cpu_model_loader(std::optional<kc::wtype> type) : type_(type) {}
+cpu_model_loader::cpu_model_loader(std::optional<kc::wtype> type, std::optional<kc::isa_path> path)
+    : type_(type), path_(path) {}
 
 weight_sink cpu_model_loader::sink() {
-  return [this](const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K) { take(w, m, N, K); };
+  return [this](const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K) {
+    convert(w, m, N, K);
+    std::vector<float>().swap(m);
+  };
 }
 
-void cpu_model_loader::take(const llama_weights& w, std::vector<float>& v, std::size_t N, std::size_t K) {
+void cpu_model_loader::convert(const llama_weights& w, const std::vector<float>& v, std::size_t N, std::size_t K) {
   const auto started = std::chrono::steady_clock::now();
   if (!type_) {  // the embeddings come first, and tell the files' dtype
     kc::wtype t = kc::wtype::f32;
@@ -61,14 +65,13 @@ void cpu_model_loader::take(const llama_weights& w, std::vector<float>& v, std::
   }
   if (!into) return;  // not a matrix the executor multiplies by: left as it is
   *into = kc::qmatrix::from_f32(v.data(), N, K, *type_);
-  std::vector<float>().swap(v);
   spent_ += std::chrono::steady_clock::now() - started;
 }
 
 std::shared_ptr<const cpu_model> cpu_model_loader::finish(const llama_weights& w) {
   m_->cfg = w.cfg;
   m_->type = type_.value_or(kc::wtype::f32);
-  m_->path = kc::paths_for(m_->type).front();
+  m_->path = path_.value_or(kc::paths_for(m_->type).front());
   m_->final_norm = w.final_norm;
   m_->layers.resize(w.layers.size());
   for (std::size_t i = 0; i < w.layers.size(); ++i) copy_vectors(w.layers[i], m_->layers[i]);
@@ -81,33 +84,21 @@ std::shared_ptr<const cpu_model> make_cpu_model(const llama_weights& w, kc::wtyp
 }
 
 std::shared_ptr<const cpu_model> make_cpu_model(const llama_weights& w, kc::wtype type, kc::isa_path path) {
-  const auto started = std::chrono::steady_clock::now();
-  auto m = std::make_shared<cpu_model>();
-  const llama_config& c = w.cfg;
-  m->cfg = c;
-  m->type = type;
-  m->path = path;
-  const auto D = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.intermediate);
-  const auto V = static_cast<std::size_t>(c.vocab), hd = static_cast<std::size_t>(c.head_dim);
-  const std::size_t qdim = static_cast<std::size_t>(c.heads) * hd, kvdim = static_cast<std::size_t>(c.kv_heads) * hd;
-  auto conv = [&](const std::vector<float>& src, std::size_t N, std::size_t K) { return kc::qmatrix::from_f32(src.data(), N, K, type); };
-  m->head = conv(w.lm_head.empty() ? w.embed : w.lm_head, V, D);
-  if (!w.lm_head.empty()) m->embed = conv(w.embed, V, D);
-  m->final_norm = w.final_norm;
+  // The loader's conversion, fed the F32 weights already in memory.
+  cpu_model_loader loader(type, path);
+  const auto D = static_cast<std::size_t>(w.cfg.hidden), F = static_cast<std::size_t>(w.cfg.intermediate);
+  const auto qdim = static_cast<std::size_t>(w.cfg.heads * w.cfg.head_dim);
+  auto feed = [&](const std::vector<float>& m, std::size_t K) {
+    if (!m.empty()) loader.convert(w, m, m.size() / K, K);
+  };
+  feed(w.embed, D);
+  feed(w.lm_head, D);
   for (const layer_weights& l : w.layers) {
-    cpu_layer o;
-    copy_vectors(l, o);
-    o.wq = conv(l.wq, qdim, D);
-    o.wk = conv(l.wk, kvdim, D);
-    o.wv = conv(l.wv, kvdim, D);
-    o.wo = conv(l.wo, D, qdim);
-    o.w_gate = conv(l.w_gate, F, D);
-    o.w_up = conv(l.w_up, F, D);
-    o.w_down = conv(l.w_down, D, F);
-    m->layers.push_back(std::move(o));
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.w_gate, &l.w_up}) feed(*m, D);
+    feed(l.wo, qdim);
+    feed(l.w_down, F);
   }
-  m->convert_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return m;
+  return loader.finish(w);
 }
 
 }  // namespace kiln::engine

@@ -40,14 +40,19 @@ struct cpu_model {
 /// plus one F32 matrix at most. Without a type, the files' own (f32, f16 or bf16).
 class cpu_model_loader {
  public:
-  explicit cpu_model_loader(std::optional<kernels::cpu::wtype> type = std::nullopt);
+  /// Without a path, the best this CPU has for the type.
+  explicit cpu_model_loader(std::optional<kernels::cpu::wtype> type = std::nullopt,
+                            std::optional<kernels::cpu::isa_path> path = std::nullopt);
+  /// Takes each matrix (convert, then frees its F32 values).
   weight_sink sink();
+  /// Converts `m`, one of w's matrices, into the model (leaving it as it is).
+  void convert(const llama_weights& w, const std::vector<float>& m, std::size_t N, std::size_t K);
   /// The model, once loading succeeded: the norms and biases come from `w`.
   std::shared_ptr<const cpu_model> finish(const llama_weights& w);
 
  private:
-  void take(const llama_weights& w, std::vector<float>& m, std::size_t N, std::size_t K);
   std::optional<kernels::cpu::wtype> type_;
+  std::optional<kernels::cpu::isa_path> path_;
   std::shared_ptr<cpu_model> m_ = std::make_shared<cpu_model>();
   std::chrono::steady_clock::duration spent_{};
 };

@@ -297,11 +297,22 @@ std::string json_quote(std::string_view s) {
   return out;
 }
 
-std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
-  json doc = json::parse(body, nullptr, false);
+namespace {
+
+// The body as a JSON object, or the error OpenAI gives for anything else.
+std::optional<api_error> parse_object(std::string_view body, json& doc) {
+  doc = json::parse(body, nullptr, false);
   if (doc.is_discarded())
     return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
   if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
+  json doc;
+  if (auto e = parse_object(body, doc)) return *e;
   chat_params out;
   template_parts tp;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
@@ -318,10 +329,8 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
 }
 
 std::variant<completion_params, api_error> parse_completion_request(std::string_view body) {
-  json doc = json::parse(body, nullptr, false);
-  if (doc.is_discarded())
-    return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
-  if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
+  json doc;
+  if (auto e = parse_object(body, doc)) return *e;
   completion_params out;
   template_parts unused;
   bool has_prompt = false;
