@@ -78,8 +78,29 @@ struct rollout_gauge {
   caf::actor_clock::time_point at;
 };
 
+/// A region as the front's balancer sees it (clustered fronts only).
+struct region_gauge {
+  std::string region;
+  int rank = 0;                  ///< place in the front's preference, 0 nearest
+  bool up = false;               ///< a router node of it is reachable
+  std::vector<std::string> nodes;  ///< its router nodes reachable now
+  std::int64_t in_flight = 0;    ///< requests sent there, not ended
+  std::uint64_t sent = 0;        ///< requests sent there (retries included)
+  std::uint64_t retried = 0;     ///< requests moved away from it after its loss, before a token
+  std::uint64_t failed_mid_stream = 0;  ///< requests lost with it after their first token
+  std::uint64_t lost = 0;        ///< times it went from up to down
+};
+
 class fleet_gauges {
  public:
+  void set_regions(std::vector<region_gauge> r) {
+    std::lock_guard lock(mu_);
+    regions_ = std::move(r);
+  }
+  std::vector<region_gauge> regions() const {
+    std::lock_guard lock(mu_);
+    return regions_;
+  }
   void note_rollout(rollout_gauge g) {
     std::lock_guard lock(mu_);
     rollouts_.push_back(std::move(g));
@@ -201,6 +222,7 @@ class fleet_gauges {
     return out;
   }
   mutable std::mutex mu_;
+  std::vector<region_gauge> regions_;
   std::vector<rollout_gauge> rollouts_;
   std::vector<rollout_gauge> scale_events_;
   std::map<std::string, engine_gauge> engines_;

@@ -27,6 +27,8 @@ namespace kiln::actors {
 inline constexpr caf::atom_value admission_name = caf::atom("admission");
 inline constexpr caf::atom_value node_name = caf::atom("node");
 inline constexpr caf::atom_value store_name = caf::atom("store");
+/// A clustered front's global balancer: submit() hands requests to it before any admission.
+inline constexpr caf::atom_value balancer_name = caf::atom("balancer");
 
 /// Admin: the state of every pool (version) of a model.
 struct pool_state_request {

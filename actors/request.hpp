@@ -4,6 +4,7 @@
 // Only net/ turns an errc into an HTTP status, an OpenAI error type and code, and headers.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -126,7 +127,8 @@ struct request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request& x) {
   return f(caf::meta::type_name("request"), x.id, x.team, x.model, x.version, x.priority, x.sampling,
-           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt_text, x.prompt, x.sink, x.owner, x.attempt);
+           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt_text, x.prompt, x.sink, x.client, x.owner,
+           x.attempt);
 }
 
 /// Tokens a request adds to a replica's load: prompt plus the output it may produce.
@@ -151,14 +153,37 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
            x.stop, x.logprobs, x.prompt_logprobs, load);
 }
 
+// Log-probabilities cross nodes as their IEEE bits: CAF's binary format cannot carry -inf or
+// NaN (a prompt's first token has none), and a message it cannot read is dropped whole.
+inline std::uint32_t float_bits(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+inline float bits_float(std::uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_alt& x) {
-  return f(caf::meta::type_name("token_alt"), x.token, x.logprob);
+  std::uint32_t bits = float_bits(x.logprob);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.logprob = bits_float(bits);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("token_alt"), x.token, bits, load);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
-  return f(caf::meta::type_name("token_logprob"), x.token, x.logprob, x.top);
+  std::uint32_t bits = float_bits(x.logprob);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.logprob = bits_float(bits);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("token_logprob"), x.token, bits, x.top, load);
 }
 
 template <class Inspector>

@@ -31,7 +31,8 @@ void stop_sink(const caf::actor& sink) {
 }
 
 bool submit(caf::actor_system& sys, request r) {
-  auto admission = caf::actor_cast<caf::actor>(sys.registry().get(admission_name));
+  auto admission = caf::actor_cast<caf::actor>(sys.registry().get(balancer_name));
+  if (!admission) admission = caf::actor_cast<caf::actor>(sys.registry().get(admission_name));
   if (!admission) return false;
   caf::anon_send(admission, std::move(r));
   return true;

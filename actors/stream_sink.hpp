@@ -23,8 +23,8 @@ class stream_target {
 /// its requests that the client is gone.
 caf::actor spawn_stream_sink(caf::actor_system& sys, std::shared_ptr<stream_target> target);
 void stop_sink(const caf::actor& sink);
-/// Hands a request to the node's admission actor from outside any actor; false when there
-/// is none (the node is stopping).
+/// Hands a request to the clustered front's balancer, else the node's admission, from outside
+/// any actor; false when there is neither (the node is stopping).
 bool submit(caf::actor_system& sys, request r);
 
 }  // namespace kiln::actors

@@ -21,6 +21,7 @@
 #include "actors/node_supervisor.hpp"
 #include "config/store.hpp"
 #include "net/http_server.hpp"
+#include "cluster/cluster_start.hpp"
 #include "cluster/load_test.hpp"
 #include "sim/gate.hpp"
 
@@ -53,10 +54,24 @@ std::variant<config::tenancy, std::string> open_store(const std::string& path, c
 }
 
 void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16_t port, const std::string& admin_key,
-                  const config::tenancy& tenants, const std::string& store_path, const std::string& capture_path) {
+                  const config::tenancy& tenants, const std::string& store_path, const std::string& capture_path,
+                  std::uint16_t cluster_port) {
   const std::string url = "http://" + cfg.server.host + ":" + std::to_string(port);
   out << "kiln serving on " << url << " (region " << cfg.region << ")\n";
+  const bool region_node = cfg.cluster.has(config::node_role::router);
+  if (cfg.cluster.clustered()) {
+    out << "  node " << cfg.cluster.node << ", roles";
+    for (auto r : {config::node_role::front, config::node_role::router, config::node_role::worker, config::node_role::control})
+      if (cfg.cluster.has(r)) out << " " << config::to_string(r);
+    out << ", nodes connect on " << cfg.cluster.listen.host << ":" << cluster_port << "\n";
+    if (cfg.cluster.has(config::node_role::front)) {
+      out << "  regions by preference:";
+      for (const auto& r : cfg.cluster.regions) out << " " << r;
+      out << "\n";
+    }
+  }
   for (const auto& p : cfg.pools)
+    if (region_node)
     out << "  model " << p.model << " version " << p.version << (cfg.live_version(p.model) == p.version ? " (live)" : "")
         << ": " << p.replicas << " replicas (" << executor_name(p) << ")\n";
   // A team's key is shown when the config still holds one the store knows; the store keeps
@@ -74,7 +89,7 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
     }
   }
   out << "  admin key " << admin_key << "\n";
-  out << "  store " << store_path << "\n";
+  if (region_node) out << "  store " << store_path << "\n";
   if (!capture_path.empty()) out << "  capturing served requests to " << capture_path << " (replay: kiln sim --trace)\n";
   if (example_key.empty()) example_key = "KEY";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
@@ -118,40 +133,14 @@ bool wait_until_ready(caf::actor_system& sys, const caf::actor& node, const conf
   return false;
 }
 
-}  // namespace
-
-int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ostream& out) {
-  // One descriptor per client connection: take all the process may have.
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
-  auto cfg = std::make_shared<const config::kiln_config>(cfg_in);
-  const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
-  std::unique_ptr<config::store> store;
-  auto loaded = open_store(store_path, *cfg, store);
-  if (auto* e = std::get_if<std::string>(&loaded)) {
-    std::cerr << "kiln: " << *e << "\n";
-    return 1;
-  }
-  auto tenants = std::make_shared<config::tenancy_board>(std::move(std::get<config::tenancy>(loaded)));
-  // The io_context outlives the actor system: sinks post onto connection strands.
-  boost::asio::io_context ioc;
-  caf::actor_system_config caf_cfg;
-  caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.scheduler_threads()));
-  caf_cfg.set("logger.console", caf::atom("none"));
-  // An idle worker: CAF polls with 50 us sleeps (a context switch each) before it blocks;
-  // blocking at once, woken by new work (or after 1 ms), costs far less (config.hpp).
-  caf_cfg.set("work-stealing.moderate-poll-attempts", static_cast<std::size_t>(cfg->server.actor_sleep_polls));
-  caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
-  caf::actor_system sys{caf_cfg};
-  // Model reads, weight uploads and KV allocation run here, never on the actor threads (and
-  // end before the actor system does).
-  auto loader = actors::make_thread_loader(2);
-
-  auto gauges = std::make_shared<actors::fleet_gauges>();
-  auto ids = std::make_shared<actors::request_ids>();
+// The region's actors on this node: the store writer, meter, admission, pools and rollout
+// controllers under the node supervisor; an error line when the capture log cannot open.
+std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
+                                                   std::unique_ptr<config::store> store, const std::string& store_path,
+                                                   const std::shared_ptr<config::tenancy_board>& tenants,
+                                                   const std::shared_ptr<actors::fleet_gauges>& gauges,
+                                                   const std::shared_ptr<actors::loader>& loader, std::uint64_t origin,
+                                                   const serve_options& opts) {
   actors::meter_deps md;
   md.wal_prefix = store_path + ".usage";
   md.folded_seq = store->folded_seq();
@@ -169,7 +158,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   nd.cfg = cfg;
   nd.gauges = gauges;
   nd.loader = loader;
-  nd.chaos_seed = ids->origin();
+  nd.chaos_seed = origin;
   nd.tenants = tenants->get();
   nd.store = std::move(store);
   nd.board = tenants;
@@ -179,12 +168,80 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   if (!opts.capture_path.empty()) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {
-      std::cerr << "kiln: " << *e << "\n";
-      return 1;
+      return *e;
     }
     nd.capture = std::get<std::shared_ptr<config::capture_log>>(log);
   }
-  const caf::actor node = actors::spawn_node(sys, nd);
+  return actors::spawn_node(sys, nd);
+}
+
+// A front-only node is ready once its balancer reaches a region; false when `stop` came first.
+bool wait_for_a_region(const actors::fleet_gauges& gauges, const std::atomic<bool>& stop) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next_note = t0 + std::chrono::seconds(5);
+  while (!stop) {
+    for (const auto& r : gauges.regions())
+      if (r.up) return true;
+    if (std::chrono::steady_clock::now() >= next_note) {
+      std::fprintf(stderr, "kiln: no region reachable yet (cluster.seeds)\n");
+      next_note += std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ostream& out) {
+  // One descriptor per client connection: take all the process may have.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+  auto cfg = std::make_shared<const config::kiln_config>(cfg_in);
+  // A front-only node holds no store, pools or admission: its requests go to the regions.
+  const bool region_node = cfg->cluster.has(config::node_role::router);
+  const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
+  std::unique_ptr<config::store> store;
+  std::shared_ptr<config::tenancy_board> tenants;
+  if (region_node) {
+    auto loaded = open_store(store_path, *cfg, store);
+    if (auto* e = std::get_if<std::string>(&loaded)) {
+      std::cerr << "kiln: " << *e << "\n";
+      return 1;
+    }
+    tenants = std::make_shared<config::tenancy_board>(std::move(std::get<config::tenancy>(loaded)));
+  } else {
+    tenants = std::make_shared<config::tenancy_board>(tenancy_from_config(*cfg));
+  }
+  // The io_context outlives the actor system: sinks post onto connection strands.
+  boost::asio::io_context ioc;
+  caf::actor_system_config caf_cfg;
+  caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.scheduler_threads()));
+  caf_cfg.set("logger.console", caf::atom("none"));
+  // An idle worker: CAF polls with 50 us sleeps (a context switch each) before it blocks;
+  // blocking at once, woken by new work (or after 1 ms), costs far less (config.hpp).
+  caf_cfg.set("work-stealing.moderate-poll-attempts", static_cast<std::size_t>(cfg->server.actor_sleep_polls));
+  caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  if (cfg->cluster.clustered()) configure_cluster(caf_cfg, *cfg);
+  caf::actor_system sys{caf_cfg};
+  // Model reads, weight uploads and KV allocation run here, never on the actor threads (and
+  // end before the actor system does).
+  auto loader = actors::make_thread_loader(2);
+
+  auto gauges = std::make_shared<actors::fleet_gauges>();
+  auto ids = std::make_shared<actors::request_ids>();
+  caf::actor node;
+  if (region_node) {
+    auto spawned = spawn_region(sys, cfg, std::move(store), store_path, tenants, gauges, loader, ids->origin(), opts);
+    if (auto* e = std::get_if<std::string>(&spawned)) {
+      std::cerr << "kiln: " << *e << "\n";
+      return 1;
+    }
+    node = std::get<caf::actor>(spawned);
+  }
 
   net::server_deps deps;
   deps.cfg = cfg;
@@ -216,9 +273,17 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   };
   net::http_server server(ioc, deps);
   auto bound = server.start(opts.port_override);
+  cluster_handles joined;
+  if (!std::holds_alternative<std::string>(bound) && cfg->cluster.clustered()) {
+    auto started = start_cluster(sys, *cfg, cfg->server.host + ":" + std::to_string(std::get<std::uint16_t>(bound)), gauges);
+    if (auto* err = std::get_if<std::string>(&started)) bound = *err;
+    else joined = std::get<cluster_handles>(started);
+  }
   if (auto* err = std::get_if<std::string>(&bound)) {
     std::cerr << "kiln: " << *err << "\n";
-    actors::stop_node(node);
+    server.stop();
+    stop_cluster(joined);
+    if (node) actors::stop_node(node);
     sys.await_all_actors_done();
     return 1;
   }
@@ -240,15 +305,16 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
       pthread_setname_np(pthread_self(), "kiln.io");  // the front's own CPU shows per thread in /proc
       ioc.run();
     });
-  if (wait_until_ready(sys, node, *cfg, stopping)) {
+  if (region_node ? wait_until_ready(sys, node, *cfg, stopping) : wait_for_a_region(*gauges, stopping)) {
     server.set_ready();
     print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,
-                 opts.capture_path);
+                 opts.capture_path, joined.port);
   }
   for (auto& t : io_threads) t.join();
 
   server.stop();
-  actors::stop_node(node);
+  stop_cluster(joined);
+  if (node) actors::stop_node(node);
   sys.await_all_actors_done();
   std::fprintf(stderr, "kiln: stopped\n");
   return 0;

@@ -57,6 +57,21 @@ class reader {
     out = static_cast<T>(*v);
   }
 
+  /// An array of strings.
+  void texts(std::string_view key, std::vector<std::string>& out) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) return;
+    const toml::array* a = n->as_array();
+    if (!a) fail(key, "must be an array of strings");
+    out.clear();
+    for (const auto& e : *a) {
+      auto v = e.value<std::string>();
+      if (!v || !e.is_string()) fail(key, "must be an array of strings");
+      out.push_back(*v);
+    }
+  }
+
   const toml::table* table(std::string_view key) {
     seen_.insert(std::string(key));
     const toml::node* n = t_.get(key);
@@ -124,6 +139,59 @@ server_config read_server(const toml::table& t) {
   r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
   r.no_unknown_keys();
   return s;
+}
+
+// "host:port" with a port in 1-65535; false when it is not one.
+bool parse_endpoint(const std::string& text, cluster_endpoint& out) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
+  const std::string port = text.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int n = std::stoi(port);
+  if (n < 1 || n > 65535) return false;
+  out = {text.substr(0, colon), static_cast<std::uint16_t>(n)};
+  return true;
+}
+
+cluster_config read_cluster(const toml::table& t) {
+  cluster_config c;
+  reader r(t, "cluster");
+  r.text("node", c.node);
+  std::vector<std::string> roles;
+  r.texts("roles", roles);
+  if (t.get("roles")) {
+    if (roles.empty()) r.fail("roles", "must name at least one role");
+    c.roles = 0;
+    for (const auto& name : roles) {
+      auto role = node_role_from(name);
+      if (!role) r.fail("roles", "has an unknown role \"" + name + "\" (front, router, worker, control)");
+      c.roles |= role_bit(*role);
+    }
+  }
+  std::string listen;
+  r.text("listen", listen);
+  if (!listen.empty() && !parse_endpoint(listen, c.listen))
+    r.fail("listen", "must be host:port with a port from 1 to 65535 (got \"" + listen + "\")");
+  std::vector<std::string> seeds;
+  r.texts("seeds", seeds);
+  for (const auto& s : seeds) {
+    cluster_endpoint e;
+    if (!parse_endpoint(s, e)) r.fail("seeds", "must hold host:port entries (got \"" + s + "\")");
+    c.seeds.push_back(e);
+  }
+  r.texts("regions", c.regions);
+  r.number("heartbeat_ms", c.heartbeat_ms, 50, 60000);
+  r.number("connection_timeout_ms", c.connection_timeout_ms, 100, 600000);
+  r.no_unknown_keys();
+  if (c.connection_timeout_ms <= c.heartbeat_ms)
+    throw bad_config("cluster.connection_timeout_ms must be longer than cluster.heartbeat_ms");
+  if (c.listen.port == 0 && !c.seeds.empty()) throw bad_config("cluster.seeds needs cluster.listen");
+  if (c.listen.port == 0 && c.roles != all_roles) throw bad_config("cluster.roles needs cluster.listen (a node alone has every role)");
+  const bool region_node = c.has(node_role::router) || c.has(node_role::worker) || c.has(node_role::control);
+  if (region_node && (!c.has(node_role::router) || !c.has(node_role::worker) || !c.has(node_role::control)))
+    throw bad_config("cluster.roles: router, worker and control run together on one node for now (front may run alone)");
+  if (!c.has(node_role::router) && c.seeds.empty()) throw bad_config("cluster.seeds: a front-only node needs seeds to find its regions");
+  return c;
 }
 
 rollout_config read_rollout(const toml::table& t) {
@@ -296,6 +364,7 @@ kiln_config read_root(const toml::table& root) {
   r.text("store_path", c.store_path);
   if (const auto* s = r.table("server")) c.server = read_server(*s);
   if (const auto* s = r.table("rollout")) c.rollout = read_rollout(*s);
+  if (const auto* s = r.table("cluster")) c.cluster = read_cluster(*s);
   each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
     team_config team;
     reader tr(t, path);
@@ -365,6 +434,9 @@ kiln_config read_root(const toml::table& root) {
     if (shares > 1 + 1e-9) throw bad_config("teams: the guaranteed shares of model \"" + m.name + "\" add up to more than 1");
   }
   if (c.region.empty()) throw bad_config("region must not be empty");
+  if (c.cluster.node.empty()) c.cluster.node = c.region;
+  if (std::find(c.cluster.regions.begin(), c.cluster.regions.end(), c.region) == c.cluster.regions.end())
+    c.cluster.regions.insert(c.cluster.regions.begin(), c.region);
   if (c.pools.empty()) throw bad_config("pools: at least one [[pools]] entry is required");
   if (c.teams.empty()) throw bad_config("teams: at least one [[teams]] entry is required");
   return c;
@@ -404,6 +476,22 @@ std::int64_t pool_config::pool_capacity_tokens() const {
   if (capacity_tokens > 0) return capacity_tokens * replicas;
   if (executor == executor_kind::cuda) return 0;  // the device sizes its KV at start
   return static_cast<std::int64_t>(engine_kv_blocks() - 1) * block_size * replicas;
+}
+
+std::string_view to_string(node_role r) {
+  switch (r) {
+    case node_role::front: return "front";
+    case node_role::router: return "router";
+    case node_role::worker: return "worker";
+    case node_role::control: return "control";
+  }
+  return "?";
+}
+
+std::optional<node_role> node_role_from(std::string_view name) {
+  for (auto r : {node_role::front, node_role::router, node_role::worker, node_role::control})
+    if (to_string(r) == name) return r;
+  return std::nullopt;
 }
 
 std::pair<std::string, std::string> split_model_ref(std::string_view ref) {

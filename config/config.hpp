@@ -1,6 +1,7 @@
 #pragma once
 // kiln's typed configuration, parsed once from TOML and passed down by const reference.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -157,6 +158,35 @@ struct rollout_config {
   double keep_previous_hours = 24;     ///< a replaced live version stays loaded this long
 };
 
+/// What a node does in a cluster: the HTTP front (the global balancer), admission and
+/// routing, replicas and engines, the store and the control plane.
+enum class node_role : std::uint8_t { front, router, worker, control };
+inline constexpr unsigned role_bit(node_role r) { return 1u << static_cast<unsigned>(r); }
+inline constexpr unsigned all_roles = 0xF;
+std::string_view to_string(node_role r);
+std::optional<node_role> node_role_from(std::string_view name);
+
+struct cluster_endpoint {
+  std::string host;
+  std::uint16_t port = 0;  ///< 0: none
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+/// [cluster]: absent, the node is alone with every role. With `listen`, it accepts other
+/// nodes over CAF's middleman (BASP over TCP) and connects to its seeds.
+struct cluster_config {
+  std::string node;            ///< this node's name; default: the region's
+  unsigned roles = all_roles;  ///< role_bit()s
+  cluster_endpoint listen;     ///< port 0: not clustered
+  std::vector<cluster_endpoint> seeds;
+  /// The front's region preference, nearest first; the node's own region is first unless listed.
+  std::vector<std::string> regions;
+  int heartbeat_ms = 500;             ///< middleman heartbeats
+  int connection_timeout_ms = 1500;   ///< a peer silent this long is down (a frozen process)
+  bool has(node_role r) const { return (roles & role_bit(r)) != 0; }
+  bool clustered() const { return listen.port != 0; }
+};
+
 /// A model's alias: `"model":"chat-7b"` means its live version.
 struct model_config {
   std::string name;
@@ -169,6 +199,7 @@ struct kiln_config {
   std::string store_path = "~/.kiln/kiln.db";  ///< the control-plane store ("~/" is $HOME)
   server_config server;
   rollout_config rollout;
+  cluster_config cluster;
   std::vector<team_config> teams;
   std::vector<model_config> models;  ///< every model served, with its live version
   std::vector<pool_config> pools;    ///< one per model@version

@@ -61,6 +61,32 @@ void rows(std::string& out, const char* name, const char* type, const char* help
   for (const auto& r : rs) out += name + lab(r) + " " + std::to_string(val(r)) + "\n";
 }
 
+// The clustered front's view of each region (nothing on a node without a balancer).
+void render_regions(std::string& out, const actors::fleet_gauges& g) {
+  const auto regions = g.regions();
+  if (regions.empty()) return;
+  using rg = actors::region_gauge;
+  auto lab = [](const rg& r) { return labels({{"region", r.region}}); };
+  rows(out, "kiln_region_up", "gauge", "1 while a router node of the region is reachable from this front.", regions, lab,
+       [](const rg& r) { return r.up ? 1 : 0; });
+  rows(out, "kiln_region_rank", "gauge", "The region's place in this front's preference (0 nearest).", regions, lab,
+       [](const rg& r) { return r.rank; });
+  rows(out, "kiln_region_router_nodes", "gauge", "Router nodes of the region reachable now.", regions, lab,
+       [](const rg& r) { return r.nodes.size(); });
+  rows(out, "kiln_region_requests_in_flight", "gauge", "Requests this front has sent to the region, not ended.", regions,
+       lab, [](const rg& r) { return r.in_flight; });
+  rows(out, "kiln_region_requests_total", "counter", "Requests this front sent to the region (retries included).",
+       regions, lab, [](const rg& r) { return r.sent; });
+  rows(out, "kiln_region_retried_total", "counter",
+       "Requests moved to another region after this one was lost or refused them, before any token.", regions, lab,
+       [](const rg& r) { return r.retried; });
+  rows(out, "kiln_region_failed_mid_stream_total", "counter",
+       "Requests that ended with one error event because the region was lost after their first token.", regions, lab,
+       [](const rg& r) { return r.failed_mid_stream; });
+  rows(out, "kiln_region_lost_total", "counter", "Times the region went from reachable to unreachable.", regions, lab,
+       [](const rg& r) { return r.lost; });
+}
+
 }  // namespace
 
 void latency_histogram::observe(double v) {
@@ -254,6 +280,7 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
   }
   render_teams(out, m, g);
   render_pools(out, m, g, cfg);
+  render_regions(out, g);
   return out;
 }
 

@@ -51,6 +51,7 @@ void parse_event(const std::string& payload, stream_result& r) {
     r.prompt_tokens = e["usage"].value("prompt_tokens", -1);
     r.completion_tokens = e["usage"].value("completion_tokens", -1);
     r.replica_id = e.value("replica_id", "");
+    r.region = e.value("region", "");
     if (e.contains("kiln")) r.attempts = e["kiln"].value("attempts", 0);
   }
   if (!e.contains("choices") || e["choices"].empty()) return;

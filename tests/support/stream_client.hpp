@@ -25,6 +25,7 @@ struct stream_result {
   int completion_tokens = -1;
   int attempts = 0;
   std::string replica_id;
+  std::string region;    ///< of the usage chunk: the region that served it
   double ttft_ms = -1;   ///< from sending to the first content delta
   int retry_after = -1;  ///< of an error answer, when it had one
 };

@@ -1,0 +1,236 @@
+#include "cluster/balancer.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/node_supervisor.hpp"
+#include "cluster/wire.hpp"
+#include "config/config.hpp"
+
+namespace kiln::cluster {
+
+namespace {
+
+using actors::request_id;
+
+struct flight {
+  actors::request r;  ///< as the front sent it (sink: the front's)
+  caf::actor target;  ///< the router node's directory it went to
+  std::string region;
+  std::set<std::string> tried;  ///< regions that refused it before a token
+  bool tokens = false;          ///< a token of it reached the client
+};
+
+struct region_stats {
+  std::int64_t in_flight = 0;
+  std::uint64_t sent = 0, retried = 0, failed_mid_stream = 0, lost = 0;
+  bool was_up = false;
+};
+
+struct balancer_state {
+  balancer_deps d;
+  std::unordered_map<request_id, flight, actors::request_id_hash> flights;
+  std::vector<member_info> routers;  ///< reachable router nodes
+  std::map<std::string, region_stats> stats;
+  std::size_t rr = 0;
+  static inline const char* name = "kiln.balancer";
+};
+
+using self_ptr = caf::stateful_actor<balancer_state>*;
+
+// Regions in preference order: the configured ones, then any other that has router nodes.
+std::vector<std::string> region_order(const balancer_state& st) {
+  std::vector<std::string> out = st.d.regions;
+  for (const auto& m : st.routers)
+    if (std::find(out.begin(), out.end(), m.region) == out.end()) out.push_back(m.region);
+  return out;
+}
+
+void publish(self_ptr self) {
+  auto& st = self->state;
+  std::vector<actors::region_gauge> rows;
+  const auto order = region_order(st);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    actors::region_gauge g;
+    g.region = order[i];
+    g.rank = static_cast<int>(i);
+    for (const auto& m : st.routers)
+      if (m.region == g.region) g.nodes.push_back(m.node);
+    g.up = !g.nodes.empty();
+    const auto& s = st.stats[g.region];
+    g.in_flight = s.in_flight;
+    g.sent = s.sent;
+    g.retried = s.retried;
+    g.failed_mid_stream = s.failed_mid_stream;
+    g.lost = s.lost;
+    rows.push_back(std::move(g));
+  }
+  if (st.d.gauges) st.d.gauges->set_regions(std::move(rows));
+}
+
+void end_flight(self_ptr self, const request_id& id) {
+  auto it = self->state.flights.find(id);
+  if (it == self->state.flights.end()) return;
+  --self->state.stats[it->second.region].in_flight;
+  self->state.flights.erase(it);
+}
+
+void fail(self_ptr self, flight& f, actors::errc code, std::string message, std::int32_t retry_after_s) {
+  self->send(f.r.sink, actors::stream_error{f.r.id, code, std::move(message), "", retry_after_s});
+}
+
+// Sends the flight to the nearest region it has not been refused by; false: none can take it
+// (the flight is then ended with an error).
+bool dispatch(self_ptr self, flight& f) {
+  auto& st = self->state;
+  for (const auto& region : region_order(st)) {
+    if (f.tried.count(region)) continue;
+    std::vector<const member_info*> nodes;
+    for (const auto& m : st.routers)
+      if (m.region == region) nodes.push_back(&m);
+    if (nodes.empty()) continue;
+    const member_info& to = *nodes[st.rr++ % nodes.size()];
+    f.target = to.directory;
+    f.region = region;
+    auto r = f.r;
+    r.sink = caf::actor_cast<caf::actor>(self);
+    self->send(to.directory, std::move(r));
+    ++st.stats[region].in_flight;
+    ++st.stats[region].sent;
+    return true;
+  }
+  fail(self, f, actors::errc::unavailable, "No region can take the request now.", 1);
+  return false;
+}
+
+// The reachable router nodes changed: requests on a node that left move or end.
+void on_members(self_ptr self, const std::vector<member_info>& all) {
+  auto& st = self->state;
+  std::vector<member_info> routers;
+  for (const auto& m : all)
+    if ((m.roles & config::role_bit(config::node_role::router)) && m.directory) routers.push_back(m);
+  std::set<caf::actor_addr> alive;
+  for (const auto& m : routers) alive.insert(m.directory.address());
+  st.routers = std::move(routers);
+  std::vector<request_id> orphaned;
+  for (auto& [id, f] : st.flights)
+    if (f.target && !alive.count(f.target.address())) orphaned.push_back(id);
+  for (const auto& id : orphaned) {
+    auto& f = st.flights.at(id);
+    auto& from = st.stats[f.region];
+    --from.in_flight;
+    if (f.tokens) {
+      ++from.failed_mid_stream;
+      fail(self, f, actors::errc::replica_lost,
+           "Region " + f.region + " was lost after the response had started; retry the request.", 0);
+      st.flights.erase(id);
+      continue;
+    }
+    ++from.retried;
+    if (!dispatch(self, f)) st.flights.erase(id);
+  }
+  for (auto& [region, s] : st.stats) s.was_up = false;
+  for (const auto& m : st.routers) st.stats[m.region].was_up = true;
+  publish(self);
+}
+
+bool refused_here(actors::errc code) {
+  return code == actors::errc::shutting_down || code == actors::errc::degraded || code == actors::errc::unavailable;
+}
+
+caf::behavior balancer(self_ptr self, balancer_deps deps) {
+  self->state.d = std::move(deps);
+  self->request(self->state.d.directory, caf::infinite, watch_atom::value)
+      .then([self](std::vector<member_info>& all) { on_members(self, all); });
+  self->send(self, actors::tick_atom::value);
+  return {
+      [self](actors::request& r) {
+        flight f;
+        f.r = std::move(r);
+        auto [it, fresh] = self->state.flights.emplace(f.r.id, std::move(f));
+        if (!fresh) return;  // the front never sends one id twice
+        if (!dispatch(self, it->second)) self->state.flights.erase(it);
+      },
+      [self](members_atom, std::vector<member_info>& all) {
+        // A lost member counts as a loss of its region when no router node of it is left.
+        std::set<std::string> before;
+        for (const auto& m : self->state.routers) before.insert(m.region);
+        on_members(self, all);
+        for (const auto& region : before)
+          if (!self->state.stats[region].was_up) ++self->state.stats[region].lost;
+        publish(self);
+      },
+      [self](actors::stream_tokens& ev) {
+        auto it = self->state.flights.find(ev.id);
+        if (it == self->state.flights.end()) return;
+        it->second.tokens = true;
+        self->send(it->second.r.sink, std::move(ev));
+      },
+      [self](actors::stream_batch& b) {
+        // Every request of a front shares its sink: one batch out, unless sinks differ.
+        caf::actor sink;
+        bool one_sink = true;
+        std::vector<actors::stream_tokens> known;
+        known.reserve(b.items.size());
+        for (auto& ev : b.items) {
+          auto it = self->state.flights.find(ev.id);
+          if (it == self->state.flights.end()) continue;
+          it->second.tokens = true;
+          if (!sink) sink = it->second.r.sink;
+          one_sink = one_sink && sink == it->second.r.sink;
+          if (one_sink) known.push_back(std::move(ev));
+          else self->send(it->second.r.sink, std::move(ev));
+        }
+        if (sink && !known.empty()) self->send(sink, actors::stream_batch{std::move(known)});
+      },
+      [self](actors::rate_limit_info& ev) {
+        auto it = self->state.flights.find(ev.id);
+        if (it != self->state.flights.end()) self->send(it->second.r.sink, ev);
+      },
+      [self](actors::stream_end& ev) {
+        auto it = self->state.flights.find(ev.id);
+        if (it == self->state.flights.end()) return;
+        self->send(it->second.r.sink, ev);
+        end_flight(self, ev.id);
+      },
+      [self](actors::stream_error& ev) {
+        auto it = self->state.flights.find(ev.id);
+        if (it == self->state.flights.end()) return;
+        flight& f = it->second;
+        const bool elsewhere = [&] {
+          for (const auto& m : self->state.routers)
+            if (m.region != f.region && !f.tried.count(m.region)) return true;
+          return false;
+        }();
+        if (!f.tokens && refused_here(ev.code) && elsewhere) {
+          auto& from = self->state.stats[f.region];
+          --from.in_flight;
+          ++from.retried;
+          f.tried.insert(f.region);
+          if (!dispatch(self, f)) self->state.flights.erase(it);
+          return;
+        }
+        self->send(f.r.sink, ev);
+        end_flight(self, ev.id);
+      },
+      [self](actors::tick_atom) {
+        publish(self);
+        self->delayed_send(self, self->state.d.publish_every, actors::tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_balancer(caf::actor_system& sys, balancer_deps deps) {
+  auto b = sys.spawn(balancer, std::move(deps));
+  sys.registry().put(actors::balancer_name, b);
+  return b;
+}
+
+}  // namespace kiln::cluster

@@ -1,0 +1,153 @@
+#include "cluster/directory.hpp"
+
+#include <map>
+#include <set>
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/node_supervisor.hpp"
+
+namespace kiln::cluster {
+
+namespace {
+
+struct directory_state {
+  directory_deps d;
+  caf::io::middleman_actor mm;
+  std::map<std::string, member_info> members;  ///< by node name, this node included
+  std::set<std::string> dial;                  ///< endpoints to reach: seeds and what members told
+  std::set<std::string> pending;               ///< dials under way
+  std::vector<caf::actor> watchers;
+  static inline const char* name = "kiln.directory";
+};
+
+using self_ptr = caf::stateful_actor<directory_state>*;
+
+std::vector<member_info> membership(const directory_state& st) {
+  std::vector<member_info> out;
+  for (const auto& [name, m] : st.members) out.push_back(m);
+  return out;
+}
+
+void publish(self_ptr self) {
+  auto all = membership(self->state);
+  for (const auto& w : self->state.watchers) self->send(w, members_atom::value, all);
+}
+
+bool connected_to(const directory_state& st, const std::string& endpoint) {
+  for (const auto& [name, m] : st.members)
+    if (m.endpoint == endpoint) return true;
+  return false;
+}
+
+void learn(self_ptr self, const std::vector<member_info>& told);
+
+// A node that reached us, or that we reached: it joins the membership (once per handle).
+void admit(self_ptr self, const member_info& m) {
+  auto& st = self->state;
+  if (m.node == st.d.self.node || !m.directory) return;
+  auto it = st.members.find(m.node);
+  if (it != st.members.end() && it->second == m) return;
+  st.members[m.node] = m;
+  self->monitor(m.directory);
+  publish(self);
+}
+
+void dial(self_ptr self, const std::string& endpoint) {
+  auto& st = self->state;
+  if (endpoint == st.d.self.endpoint || connected_to(st, endpoint) || st.pending.count(endpoint)) return;
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return;
+  const std::string host = endpoint.substr(0, colon);
+  const auto port = static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1)));
+  st.pending.insert(endpoint);
+  self->request(st.mm, std::chrono::seconds(3), caf::connect_atom::value, host, port)
+      .then(
+          [self, endpoint](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            self->state.pending.erase(endpoint);
+            auto peer = caf::actor_cast<caf::actor>(ptr);
+            if (!peer) return;
+            self->request(peer, std::chrono::seconds(3), join_atom::value, self->state.d.self)
+                .then([self](std::vector<member_info>& told) { learn(self, told); },
+                      [](caf::error&) {});
+          },
+          [self, endpoint](caf::error&) { self->state.pending.erase(endpoint); });
+}
+
+// What another node knows: itself (first) joins; the others are dialled directly, so no
+// member is reached through a third node (whose loss would look like theirs).
+void learn(self_ptr self, const std::vector<member_info>& told) {
+  if (told.empty()) return;
+  admit(self, told.front());
+  for (std::size_t i = 1; i < told.size(); ++i) {
+    if (told[i].endpoint.empty() || told[i].node == self->state.d.self.node) continue;
+    self->state.dial.insert(told[i].endpoint);
+    dial(self, told[i].endpoint);
+  }
+}
+
+caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_actor mm) {
+  auto& st = self->state;
+  st.d = std::move(deps);
+  st.mm = std::move(mm);
+  st.d.self.directory = caf::actor_cast<caf::actor>(self);
+  st.members[st.d.self.node] = st.d.self;
+  for (const auto& s : st.d.seeds) st.dial.insert(s.str());
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    bool changed = false;
+    for (auto it = st.members.begin(); it != st.members.end();) {
+      if (it->second.directory.address() == dm.source) {
+        it = st.members.erase(it);
+        changed = true;
+      } else {
+        ++it;
+      }
+    }
+    std::erase_if(st.watchers, [&](const caf::actor& w) { return w.address() == dm.source; });
+    if (changed) publish(self);
+  });
+  self->send(self, redial_atom::value);
+  return {
+      [self](redial_atom) {
+        for (const auto& e : std::set<std::string>(self->state.dial)) dial(self, e);
+        self->delayed_send(self, self->state.d.redial_every, redial_atom::value);
+      },
+      [self](join_atom, member_info& m) -> std::vector<member_info> {
+        if (!m.endpoint.empty()) self->state.dial.insert(m.endpoint);
+        admit(self, m);
+        // This node first, then the others it knows.
+        auto all = membership(self->state);
+        std::stable_partition(all.begin(), all.end(),
+                              [&](const member_info& x) { return x.node == self->state.d.self.node; });
+        return all;
+      },
+      [self](watch_atom) -> std::vector<member_info> {
+        auto w = caf::actor_cast<caf::actor>(self->current_sender());
+        if (w) {
+          self->state.watchers.push_back(w);
+          self->monitor(w);
+        }
+        return membership(self->state);
+      },
+      [self](members_atom) -> std::vector<member_info> { return membership(self->state); },
+      [self](actors::request& r) {
+        auto admission = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::admission_name));
+        if (admission) return self->send(admission, std::move(r));
+        if (r.sink)
+          self->send(r.sink, actors::stream_error{r.id, actors::errc::shutting_down,
+                                                  "node " + self->state.d.self.node + " has no admission (stopping)", "", 1});
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_directory(caf::actor_system& sys, directory_deps deps) {
+  return sys.spawn(directory, std::move(deps), sys.middleman().actor_handle());
+}
+
+}  // namespace kiln::cluster

@@ -1,0 +1,30 @@
+#include "cluster/wire.hpp"
+
+#include <chrono>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "actors/messages.hpp"
+
+namespace kiln::cluster {
+
+void add_wire_types(caf::actor_system_config& cfg) {
+  // Front <-> region: the request and everything its sink receives.
+  cfg.add_message_type<actors::request>("kiln::request");
+  cfg.add_message_type<actors::stream_tokens>("kiln::stream_tokens");
+  cfg.add_message_type<actors::stream_batch>("kiln::stream_batch");
+  cfg.add_message_type<actors::stream_end>("kiln::stream_end");
+  cfg.add_message_type<actors::stream_error>("kiln::stream_error");
+  cfg.add_message_type<actors::rate_limit_info>("kiln::rate_limit_info");
+  // Membership.
+  cfg.add_message_type<member_info>("kiln::member_info");
+}
+
+void set_heartbeats(caf::actor_system_config& cfg, int heartbeat_ms, int connection_timeout_ms) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(heartbeat_ms)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(connection_timeout_ms)});
+}
+
+}  // namespace kiln::cluster

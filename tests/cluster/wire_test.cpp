@@ -1,0 +1,215 @@
+// Every message type that crosses nodes, through a second process over CAF's middleman and
+// back: each field arrives as sent (actor handles come back as the same local actors).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/messages.hpp"
+#include "cluster/wire.hpp"
+#include "tests/cluster/echo_process.hpp"
+
+using namespace kiln;
+
+namespace {
+
+struct wire_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<test::echo_process> peer;
+  caf::actor echo;
+  wire_fixture() {
+    cluster::set_heartbeats(cfg, 500, 1500);
+    cluster::add_wire_types(cfg);
+    cfg.set("logger.console", caf::atom("none"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    peer = std::make_unique<test::echo_process>(KILN_WIRE_ECHO);
+    REQUIRE(peer->port() > 0);
+    auto remote = sys->middleman().remote_actor("127.0.0.1", static_cast<std::uint16_t>(peer->port()));
+    REQUIRE(remote);
+    echo = *remote;
+  }
+  std::vector<caf::actor> spawned;
+  ~wire_fixture() {
+    for (auto& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    echo = nullptr;
+    peer.reset();
+  }
+  template <class T>
+  T round_trip(const T& sent) {
+    caf::scoped_actor self{*sys};
+    T back;
+    bool got = false;
+    self->request(echo, std::chrono::seconds(5), sent)
+        .receive([&](T& x) { back = std::move(x), got = true; },
+                 [&](caf::error& e) { FAIL("round trip of " << std::string(typeid(T).name()) << " failed: " << sys->render(e)); });
+    REQUIRE(got);
+    return back;
+  }
+  caf::actor local_actor() {
+    spawned.push_back(sys->spawn([](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; }));
+    return spawned.back();
+  }
+};
+
+engine::token_logprob lp(const std::string& t, float v, std::vector<engine::token_alt> top = {}) {
+  return {t, v, std::move(top)};
+}
+
+void check_same(const std::vector<engine::token_logprob>& a, const std::vector<engine::token_logprob>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].token == b[i].token);
+    if (std::isnan(a[i].logprob)) CHECK(std::isnan(b[i].logprob));
+    else CHECK(a[i].logprob == b[i].logprob);
+    REQUIRE(a[i].top.size() == b[i].top.size());
+    for (std::size_t j = 0; j < a[i].top.size(); ++j) {
+      CHECK(a[i].top[j].token == b[i].top[j].token);
+      CHECK(a[i].top[j].logprob == b[i].top[j].logprob);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(wire_fixture, "wire: a request crosses nodes whole, its handles included") {
+  actors::request r;
+  r.id = {0xDEADBEEFCAFEF00Dull, 42};
+  r.team = "search";
+  r.model = "chat-7b@v2";
+  r.version = "v2";
+  r.priority = engine::priority::batch;
+  r.sampling.max_tokens = 77;
+  r.sampling.temperature = 0.25;
+  r.sampling.top_k = 5;
+  r.sampling.top_p = 0.9;
+  r.sampling.seed = 0;  // a seed of 0 is a seed, not none
+  r.sampling.stop = {"\n\n", "</s>", ""};
+  r.sampling.logprobs = 20;
+  r.sampling.prompt_logprobs = true;
+  r.conversation_id = "conv-1";
+  r.messages = {{"system", "be brief"}, {"user", "h\xC3\xA9llo \"quoted\"\n"}};
+  r.chat_json = R"({"messages":[],"tools":[]})";
+  r.created_unix = 1796168926;
+  r.prompt_text = std::string("a\0b", 3);
+  r.prompt = {1, 0, -1, std::numeric_limits<std::int32_t>::max()};
+  r.sink = local_actor();
+  r.client = local_actor();
+  r.owner = local_actor();
+  r.attempt = 2;
+  auto b = round_trip(r);
+  CHECK(b.id == r.id);
+  CHECK(b.team == r.team);
+  CHECK(b.model == r.model);
+  CHECK(b.version == r.version);
+  CHECK(b.priority == r.priority);
+  CHECK(b.sampling.max_tokens == 77);
+  CHECK(b.sampling.temperature == 0.25);
+  CHECK(b.sampling.top_k == 5);
+  CHECK(b.sampling.top_p == 0.9);
+  REQUIRE(b.sampling.seed.has_value());
+  CHECK(*b.sampling.seed == 0);
+  CHECK(b.sampling.stop == r.sampling.stop);
+  CHECK(b.sampling.logprobs == 20);
+  CHECK(b.sampling.prompt_logprobs);
+  CHECK(b.conversation_id == r.conversation_id);
+  REQUIRE(b.messages.size() == 2);
+  CHECK(b.messages[1].role == "user");
+  CHECK(b.messages[1].content == r.messages[1].content);
+  CHECK(b.chat_json == r.chat_json);
+  CHECK(b.created_unix == r.created_unix);
+  CHECK(b.prompt_text == r.prompt_text);
+  CHECK(b.prompt == r.prompt);
+  CHECK(b.sink == r.sink);
+  CHECK(b.client == r.client);  // remote engines watch it: the client going away cancels there
+  CHECK(b.owner == r.owner);
+  CHECK(b.attempt == 2);
+
+  // No seed stays no seed; null handles stay null.
+  actors::request bare;
+  bare.id = {1, 2};
+  auto nb = round_trip(bare);
+  CHECK_FALSE(nb.sampling.seed.has_value());
+  CHECK_FALSE(nb.sink);
+  CHECK_FALSE(nb.client);
+  CHECK(nb.sampling.logprobs == -1);
+  CHECK(nb.priority == engine::priority::standard);
+  for (auto p : {engine::priority::interactive, engine::priority::standard, engine::priority::batch}) {
+    bare.priority = p;
+    CHECK(round_trip(bare).priority == p);
+  }
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "wire: what a sink receives crosses nodes whole") {
+  actors::stream_tokens t;
+  t.id = {7, 8};
+  t.text = " hello\xE2\x80\x94";
+  t.tokens = 3;
+  t.prompt_tokens = 11;
+  t.cached_tokens = 0;
+  t.logprobs = {lp(" hello", -0.5f, {{" hello", -0.5f}, {" hi", -1.25f}}), lp("x", -std::numeric_limits<float>::infinity())};
+  t.prompt_logprobs = {lp("<s>", std::nanf("")), lp("a", -3.0f)};
+  auto bt = round_trip(t);
+  CHECK(bt.id == t.id);
+  CHECK(bt.text == t.text);
+  CHECK(bt.tokens == 3);
+  CHECK(bt.prompt_tokens == 11);
+  CHECK(bt.cached_tokens == 0);
+  check_same(bt.logprobs, t.logprobs);
+  check_same(bt.prompt_logprobs, t.prompt_logprobs);
+
+  actors::stream_batch batch;
+  for (int i = 0; i < 3; ++i) {
+    auto x = t;
+    x.id.seq = static_cast<std::uint64_t>(i);
+    x.prompt_tokens = -1;
+    batch.items.push_back(x);
+  }
+  auto bb = round_trip(batch);
+  REQUIRE(bb.items.size() == 3);
+  CHECK(bb.items[2].id.seq == 2);
+  CHECK(bb.items[1].prompt_tokens == -1);
+  CHECK(round_trip(actors::stream_batch{}).items.empty());
+
+  actors::stream_end e{{9, 10}, "stop", 11, 22, 4, "v2", "b", "chat-7b-v2-r3", 12.5, 3};
+  auto be = round_trip(e);
+  CHECK(be.id == e.id);
+  CHECK(be.finish_reason == "stop");
+  CHECK(be.prompt_tokens == 11);
+  CHECK(be.completion_tokens == 22);
+  CHECK(be.cached_tokens == 4);
+  CHECK(be.model_version == "v2");
+  CHECK(be.region == "b");
+  CHECK(be.replica_id == "chat-7b-v2-r3");
+  CHECK(be.engine_ttft_ms == 12.5);
+  CHECK(be.attempts == 3);
+
+  for (auto code : {actors::errc::over_limit, actors::errc::replica_lost, actors::errc::internal}) {
+    actors::stream_error x{{1, 1}, code, "why", "messages", 7};
+    auto bx = round_trip(x);
+    CHECK(bx.code == code);
+    CHECK(bx.message == "why");
+    CHECK(bx.param == "messages");
+    CHECK(bx.retry_after_s == 7);
+  }
+
+  actors::rate_limit_info rl{{3, 4}, 1000, 0, 59.5};
+  auto brl = round_trip(rl);
+  CHECK(brl.id == rl.id);
+  CHECK(brl.limit_tokens == 1000);
+  CHECK(brl.remaining_tokens == 0);
+  CHECK(brl.reset_s == 59.5);
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "wire: membership crosses nodes whole, alone and as a list") {
+  cluster::member_info m{"a-router", "a", 0xE, "127.0.0.1:7401", "127.0.0.1:8181", local_actor()};
+  auto bm = round_trip(m);
+  CHECK(bm == m);
+  std::vector<cluster::member_info> all{m, {"front", "a", 1, "h:1", "", nullptr}};
+  auto ball = round_trip(all);
+  CHECK(ball == all);
+}
