@@ -91,8 +91,28 @@ struct region_gauge {
   std::uint64_t lost = 0;        ///< times it went from up to down
 };
 
+/// The configuration a node serves from: its store (a control node), the control node's
+/// latest snapshot, the last-known-good file, or its own config file.
+struct config_state {
+  std::string source;   ///< store | control | last-known-good | config
+  std::string version;  ///< the snapshot's version (16 hex digits); empty: none
+  std::string origin;   ///< the control node that made it
+  std::int64_t made_unix = 0;
+  std::string last_error;  ///< the latest snapshot refused, and why
+  std::uint64_t received = 0;  ///< snapshots taken from a control node
+  std::uint64_t refused = 0;   ///< snapshots refused (corrupt, unreadable)
+};
+
 class fleet_gauges {
  public:
+  void set_config_state(config_state c) {
+    std::lock_guard lock(mu_);
+    config_ = std::move(c);
+  }
+  config_state config() const {
+    std::lock_guard lock(mu_);
+    return config_;
+  }
   void set_regions(std::vector<region_gauge> r) {
     std::lock_guard lock(mu_);
     regions_ = std::move(r);
@@ -223,6 +243,7 @@ class fleet_gauges {
   }
   mutable std::mutex mu_;
   std::vector<region_gauge> regions_;
+  config_state config_;
   std::vector<rollout_gauge> rollouts_;
   std::vector<rollout_gauge> scale_events_;
   std::map<std::string, engine_gauge> engines_;

@@ -1,5 +1,9 @@
 #include "cluster/cluster_start.hpp"
 
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
@@ -8,6 +12,7 @@
 #include "cluster/balancer.hpp"
 #include "cluster/directory.hpp"
 #include "cluster/wire.hpp"
+#include "config/snapshot.hpp"
 
 namespace kiln::cluster {
 
@@ -18,7 +23,9 @@ void configure_cluster(caf::actor_system_config& caf_cfg, const config::kiln_con
 
 std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys, const config::kiln_config& cfg,
                                                          const std::string& http_endpoint,
-                                                         std::shared_ptr<actors::fleet_gauges> gauges) {
+                                                         std::shared_ptr<actors::fleet_gauges> gauges,
+                                                         std::shared_ptr<config::tenancy_board> board,
+                                                         const std::string& snapshot_path) {
   const auto& cc = cfg.cluster;
   directory_deps dd;
   dd.self.node = cc.node;
@@ -27,6 +34,13 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
   dd.self.endpoint = cc.listen.str();
   dd.self.http = http_endpoint;
   dd.seeds = cc.seeds;
+  dd.board = std::move(board);
+  dd.gauges = gauges;
+  dd.snapshot_path = snapshot_path;
+  dd.regions = cc.regions;
+  dd.unix_at_start =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  dd.clock_at_start = sys.clock().now();
   cluster_handles h;
   h.directory = spawn_directory(sys, dd);
   auto port = sys.middleman().publish(h.directory, cc.listen.port, cc.listen.host.c_str(), true);
@@ -50,6 +64,8 @@ void stop_cluster(const cluster_handles& h) {
   if (h.directory) caf::anon_send_exit(h.directory, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+
 config::tenancy tenancy_from_config(const config::kiln_config& cfg) {
   config::tenancy t;
   for (auto team : cfg.teams) {
@@ -59,6 +75,28 @@ config::tenancy tenancy_from_config(const config::kiln_config& cfg) {
   }
   t.index();
   return t;
+}
+
+}  // namespace
+
+config::tenancy starting_tenancy(const config::kiln_config& cfg, const std::string& snapshot_path,
+                                 actors::config_state& state) {
+  auto loaded = config::load_snapshot(snapshot_path);
+  if (auto* snap = std::get_if<config::config_snapshot>(&loaded)) {
+    state.source = "last-known-good";
+    state.version = config::version_text(snap->version);
+    state.origin = snap->origin;
+    state.made_unix = snap->made_unix;
+    return std::move(snap->tenants);
+  }
+  const std::string why = std::get<std::string>(loaded);
+  if (std::filesystem::exists(snapshot_path)) {
+    std::fprintf(stderr, "kiln: last-known-good configuration not used: %s; serving the config file's teams until the control node answers\n",
+                 why.c_str());
+    state.last_error = why;
+  }
+  state.source = "config";
+  return tenancy_from_config(cfg);
 }
 
 }  // namespace kiln::cluster

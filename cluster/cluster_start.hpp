@@ -25,12 +25,18 @@ void configure_cluster(caf::actor_system_config& caf_cfg, const config::kiln_con
 
 /// Publishes the directory on cluster.listen and starts the balancer on a front; an error
 /// line when the port cannot be bound.
+/// `board`: the node's teams and keys (a control node publishes it, others follow their
+/// control node into it); `snapshot_path`: the last-known-good file of a node without control.
 std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys, const config::kiln_config& cfg,
                                                          const std::string& http_endpoint,
-                                                         std::shared_ptr<actors::fleet_gauges> gauges);
+                                                         std::shared_ptr<actors::fleet_gauges> gauges,
+                                                         std::shared_ptr<config::tenancy_board> board,
+                                                         const std::string& snapshot_path);
 void stop_cluster(const cluster_handles& h);
 
-/// A front-only node's teams and keys: the config's (it holds no store).
-config::tenancy tenancy_from_config(const config::kiln_config& cfg);
+/// A node without a store starts from its last-known-good snapshot, else from its config's
+/// teams and keys (saying why the snapshot was not usable); the state for /admin/config.
+config::tenancy starting_tenancy(const config::kiln_config& cfg, const std::string& snapshot_path,
+                                 actors::config_state& state);
 
 }  // namespace kiln::cluster

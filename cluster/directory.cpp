@@ -1,5 +1,8 @@
 #include "cluster/directory.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -7,8 +10,10 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_supervisor.hpp"
+#include "config/snapshot.hpp"
 
 namespace kiln::cluster {
 
@@ -21,6 +26,11 @@ struct directory_state {
   std::set<std::string> dial;                  ///< endpoints to reach: seeds and what members told
   std::set<std::string> pending;               ///< dials under way
   std::vector<caf::actor> watchers;
+  // Configuration snapshots.
+  std::shared_ptr<const config::tenancy> published_from;  ///< control: the board as last looked at
+  std::string bytes;         ///< control: the current snapshot, encoded
+  std::uint64_t version = 0; ///< the snapshot served from (made or taken)
+  std::shared_ptr<actors::loader> disk;  ///< writes the last-known-good file (blocking I/O)
   static inline const char* name = "kiln.directory";
 };
 
@@ -45,6 +55,102 @@ bool connected_to(const directory_state& st, const std::string& endpoint) {
 
 void learn(self_ptr self, const std::vector<member_info>& told);
 
+bool has_role(const member_info& m, config::node_role r) { return (m.roles & config::role_bit(r)) != 0; }
+bool control_here(const directory_state& st) { return has_role(st.d.self, config::node_role::control); }
+
+// The control node this node follows: the one of the nearest region (then by name).
+const member_info* followed_control(const directory_state& st) {
+  const member_info* best = nullptr;
+  std::size_t best_rank = 0;
+  for (const auto& [name, m] : st.members) {
+    if (!has_role(m, config::node_role::control) || name == st.d.self.node) continue;
+    const auto it = std::find(st.d.regions.begin(), st.d.regions.end(), m.region);
+    const std::size_t rank = static_cast<std::size_t>(it - st.d.regions.begin());
+    if (!best || rank < best_rank) best = &m, best_rank = rank;
+  }
+  return best;
+}
+
+void note_config(directory_state& st, const std::function<void(actors::config_state&)>& change) {
+  if (!st.d.gauges) return;
+  auto c = st.d.gauges->config();
+  change(c);
+  st.d.gauges->set_config_state(std::move(c));
+}
+
+// A control node: a new snapshot when its board changed, pushed to every other node.
+void publish_config(self_ptr self) {
+  auto& st = self->state;
+  if (!st.d.board) return;
+  auto current = st.d.board->get();
+  if (current == st.published_from) return;
+  st.published_from = current;
+  config::config_snapshot snap;
+  snap.tenants = *current;
+  snap.origin = st.d.self.node;
+  snap.made_unix = st.d.unix_at_start +
+                   std::chrono::duration_cast<std::chrono::seconds>(self->clock().now() - st.d.clock_at_start).count();
+  snap.version = config::content_version(snap);
+  if (snap.version == st.version) return;
+  st.version = snap.version;
+  st.bytes = config::encode_snapshot(snap);
+  note_config(st, [&](actors::config_state& c) {
+    c.source = "store";
+    c.version = config::version_text(snap.version);
+    c.origin = snap.origin;
+    c.made_unix = snap.made_unix;
+  });
+  for (const auto& [name, m] : st.members)
+    if (!has_role(m, config::node_role::control)) self->send(m.directory, snapshot_atom::value, st.bytes);
+}
+
+// Another node: a snapshot from the control node it follows replaces its configuration and
+// its last-known-good file; one it cannot read changes nothing.
+void take_config(self_ptr self, const caf::actor_addr& from, const std::string& bytes) {
+  auto& st = self->state;
+  const member_info* followed = followed_control(st);
+  if (control_here(st) || bytes.empty() || !followed || followed->directory.address() != from) return;
+  auto decoded = config::decode_snapshot(bytes);
+  if (auto* e = std::get_if<std::string>(&decoded)) {
+    const std::string why = "snapshot from " + followed->node + " refused: " + *e;
+    note_config(st, [&](actors::config_state& c) {
+      c.last_error = why;
+      ++c.refused;
+    });
+    return;
+  }
+  auto& snap = std::get<config::config_snapshot>(decoded);
+  if (snap.version == st.version) return;
+  st.version = snap.version;
+  if (st.d.board) st.d.board->set(snap.tenants);
+  note_config(st, [&](actors::config_state& c) {
+    c.source = "control";
+    c.version = config::version_text(snap.version);
+    c.origin = snap.origin;
+    c.made_unix = snap.made_unix;
+    ++c.received;
+  });
+  if (!st.d.snapshot_path.empty())
+    st.disk->run([path = st.d.snapshot_path, snap = std::move(snap), gauges = st.d.gauges] {
+      if (auto e = config::save_snapshot(path, snap)) {
+        std::fprintf(stderr, "kiln: cannot keep the last-known-good configuration: %s\n", e->c_str());
+        if (gauges) {
+          auto c = gauges->config();
+          c.last_error = *e;
+          gauges->set_config_state(std::move(c));
+        }
+      }
+    });
+}
+
+// A control node joined: ask it for its snapshot (later ones it pushes).
+void ask_config(self_ptr self, const member_info& m) {
+  if (control_here(self->state) || !has_role(m, config::node_role::control)) return;
+  const auto from = m.directory.address();
+  self->request(m.directory, std::chrono::seconds(5), snapshot_atom::value)
+      .then([self, from](std::string& bytes) { take_config(self, from, bytes); }, [](caf::error&) {});
+}
+
 // A node that reached us, or that we reached: it joins the membership (once per handle).
 void admit(self_ptr self, const member_info& m) {
   auto& st = self->state;
@@ -54,6 +160,7 @@ void admit(self_ptr self, const member_info& m) {
   st.members[m.node] = m;
   self->monitor(m.directory);
   publish(self);
+  ask_config(self, m);
 }
 
 void dial(self_ptr self, const std::string& endpoint) {
@@ -96,6 +203,8 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
   st.d.self.directory = caf::actor_cast<caf::actor>(self);
   st.members[st.d.self.node] = st.d.self;
   for (const auto& s : st.d.seeds) st.dial.insert(s.str());
+  st.disk = actors::make_thread_loader(1);
+  if (control_here(st)) self->send(self, publish_atom::value);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     bool changed = false;
@@ -134,6 +243,12 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         return membership(self->state);
       },
       [self](members_atom) -> std::vector<member_info> { return membership(self->state); },
+      [self](publish_atom) {
+        publish_config(self);
+        self->delayed_send(self, self->state.d.publish_every, publish_atom::value);
+      },
+      [self](snapshot_atom) -> std::string { return self->state.bytes; },
+      [self](snapshot_atom, std::string& bytes) { take_config(self, caf::actor_cast<caf::actor_addr>(self->current_sender()), bytes); },
       [self](actors::request& r) {
         auto admission = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::admission_name));
         if (admission) return self->send(admission, std::move(r));

@@ -206,6 +206,9 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
   std::unique_ptr<config::store> store;
   std::shared_ptr<config::tenancy_board> tenants;
+  // A node without a store keeps the control node's latest snapshot here.
+  const std::string snapshot_path = store_path + ".snapshot";
+  actors::config_state config_source{"store"};
   if (region_node) {
     auto loaded = open_store(store_path, *cfg, store);
     if (auto* e = std::get_if<std::string>(&loaded)) {
@@ -214,7 +217,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     }
     tenants = std::make_shared<config::tenancy_board>(std::move(std::get<config::tenancy>(loaded)));
   } else {
-    tenants = std::make_shared<config::tenancy_board>(tenancy_from_config(*cfg));
+    tenants = std::make_shared<config::tenancy_board>(starting_tenancy(*cfg, snapshot_path, config_source));
   }
   // The io_context outlives the actor system: sinks post onto connection strands.
   boost::asio::io_context ioc;
@@ -232,6 +235,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   auto loader = actors::make_thread_loader(2);
 
   auto gauges = std::make_shared<actors::fleet_gauges>();
+  gauges->set_config_state(config_source);
   auto ids = std::make_shared<actors::request_ids>();
   caf::actor node;
   if (region_node) {
@@ -275,7 +279,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   auto bound = server.start(opts.port_override);
   cluster_handles joined;
   if (!std::holds_alternative<std::string>(bound) && cfg->cluster.clustered()) {
-    auto started = start_cluster(sys, *cfg, cfg->server.host + ":" + std::to_string(std::get<std::uint16_t>(bound)), gauges);
+    auto started = start_cluster(sys, *cfg, cfg->server.host + ":" + std::to_string(std::get<std::uint16_t>(bound)), gauges,
+                                 tenants, region_node ? std::string() : snapshot_path);
     if (auto* err = std::get_if<std::string>(&started)) bound = *err;
     else joined = std::get<cluster_handles>(started);
   }

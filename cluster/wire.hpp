@@ -19,6 +19,8 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;      ///< a local act
 using members_atom = caf::atom_constant<caf::atom("members")>;  ///< the membership as it is now
 using redial_atom = caf::atom_constant<caf::atom("redial")>;    ///< connect to seeds not yet reached
 using regions_atom = caf::atom_constant<caf::atom("regions")>;  ///< the balancer's view of regions
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;  ///< a control node's config snapshot (bytes)
+using publish_atom = caf::atom_constant<caf::atom("publish")>;    ///< a control node looks for changes
 
 /// One node as the others see it. `directory` is its membership actor: requests for its
 /// region go there (it hands them to its admission, whichever instance is current), and its

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,22 @@ std::variant<config_snapshot, std::string> from_wire(const wire_snapshot& w) {
 }
 
 }  // namespace
+
+std::uint64_t content_version(const config_snapshot& s) {
+  auto w = to_wire(s);
+  w.version = 0;
+  w.origin.clear();
+  w.made_unix = 0;
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, w);
+  return XXH64(buf.data(), buf.size(), 0);
+}
+
+std::string version_text(std::uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
 
 std::string encode_snapshot(const config_snapshot& s) {
   msgpack::sbuffer buf;

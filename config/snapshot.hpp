@@ -24,6 +24,12 @@ struct config_snapshot {
   std::vector<model_route> routes;
 };
 
+/// The snapshot's version: a digest of what it holds (teams, keys, limits, routes), so equal
+/// configurations have equal versions on every node and across restarts.
+std::uint64_t content_version(const config_snapshot& s);
+/// 16 hex digits.
+std::string version_text(std::uint64_t v);
+
 /// The snapshot as bytes (header and msgpack payload).
 std::string encode_snapshot(const config_snapshot& s);
 /// The snapshot the bytes hold, or why they hold none (truncated, checksum, not msgpack...).

@@ -165,7 +165,30 @@ void regions(front& f, const std::shared_ptr<exchange>& ex) {
                        .dump());
 }
 
+// The configuration this node serves from, and its snapshot's version.
+void config_view(front& f, const std::shared_ptr<exchange>& ex) {
+  const auto& cfg = *f.deps.cfg;
+  const auto c = f.deps.gauges->config();
+  const auto t = f.deps.tenants->get();
+  json teams = json::array();
+  for (const auto& team : t->teams) teams.push_back(team.name);
+  ex->respond(200, json{{"node", cfg.cluster.node},
+                        {"region", cfg.region},
+                        {"source", c.source},
+                        {"version", c.version.empty() ? json(nullptr) : json(c.version)},
+                        {"origin", c.origin.empty() ? json(nullptr) : json(c.origin)},
+                        {"made_unix", c.made_unix ? json(c.made_unix) : json(nullptr)},
+                        {"snapshots_received", c.received},
+                        {"snapshots_refused", c.refused},
+                        {"last_error", c.last_error.empty() ? json(nullptr) : json(c.last_error)},
+                        {"teams", teams},
+                        {"keys", t->keys.size()}}
+                       .dump());
+}
+
 void add_admin_routes(front& f) {
+  f.routes.add("GET", "/admin/config", access::admin,
+               [&f](const std::shared_ptr<exchange>& ex, const route_params&) { config_view(f, ex); });
   f.routes.add("GET", "/admin/regions", access::admin,
                [&f](const std::shared_ptr<exchange>& ex, const route_params&) { regions(f, ex); });
   f.routes.add("GET", "/admin/pools/{model}/state", access::admin,

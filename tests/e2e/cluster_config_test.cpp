@@ -1,0 +1,134 @@
+// Configuration across nodes: a front-only node follows its control node's snapshots, keeps
+// the latest as its last-known-good file, and serves known teams from it while the control
+// node is away.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+
+using namespace kiln::test;
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kAdmin = {"Authorization: Bearer key-admin", "Content-Type: application/json"};
+
+std::string region_node(int cluster_port) {
+  std::string c = test_config(1, 2000, 400);
+  c.replace(c.find("region = \"local\""), 16, "region = \"a\"");
+  return c + "[cluster]\nnode = \"a-control\"\nroles = [\"router\", \"worker\", \"control\"]\nlisten = \"127.0.0.1:" +
+         std::to_string(cluster_port) + "\"\n";
+}
+
+std::string front_node(int cluster_port, int seed) {
+  std::string c = test_config(1, 2000, 400);
+  c.replace(c.find("region = \"local\""), 16, "region = \"a\"");
+  return c + "[cluster]\nnode = \"front\"\nroles = [\"front\"]\nlisten = \"127.0.0.1:" + std::to_string(cluster_port) +
+         "\"\nseeds = [\"127.0.0.1:" + std::to_string(seed) + "\"]\nheartbeat_ms = 300\nconnection_timeout_ms = 1000\n";
+}
+
+json config_of(int port) {
+  auto r = request(port, "GET", "/admin/config", "", kAdmin);
+  return r.status == 200 ? json::parse(r.body, nullptr, false) : json::object();
+}
+
+int chat_status(int port, const std::string& key) {
+  const std::string body = R"({"model":"chat-7b","max_tokens":3,"messages":[{"role":"user","content":"hi"}]})";
+  return request(port, "POST", "/v1/chat/completions", body, {"Authorization: Bearer " + key, "Content-Type: application/json"}).status;
+}
+
+json new_team(int port, const std::string& team) {
+  auto r = request(port, "POST", "/admin/teams", json{{"team", team}, {"name", team}}.dump(), kAdmin);
+  REQUIRE(r.status == 201);
+  return json::parse(r.body);
+}
+
+}  // namespace
+
+TEST_CASE("cluster config: a front follows its control node, keeps the last-known-good and serves from it") {
+  const int pa = free_port(), pf = free_port();
+  const std::string front_store =
+      (std::filesystem::temp_directory_path() / ("kiln-front-" + std::to_string(::getpid()) + ".db")).string();
+  const std::string lkg = front_store + ".snapshot";
+  std::filesystem::remove(lkg);
+  process_options fopts;
+  fopts.store = front_store;
+  auto a = std::make_unique<kiln_process>(region_node(pa));
+  auto front = std::make_unique<kiln_process>(front_node(pf, pa), fopts);
+
+  // The front takes the control node's snapshot: the same version on both.
+  REQUIRE(eventually([&] { return config_of(front->port()).value("source", "") == "control"; }, std::chrono::seconds(20)));
+  const json ca = config_of(a->port());
+  CHECK(ca["source"] == "store");
+  CHECK(config_of(front->port())["version"] == ca["version"]);
+  CHECK(config_of(front->port())["origin"] == "a-control");
+  CHECK(std::filesystem::exists(lkg));
+
+  // A team made at the control node is known at the front within moments; a revoked key is not.
+  const json t1 = new_team(a->port(), "ops-one");
+  const json t2 = new_team(a->port(), "ops-two");
+  CHECK(chat_status(front->port(), "kiln-unknown-key") == 401);
+  REQUIRE(eventually([&] { return chat_status(front->port(), t1["key"]) == 200; }, std::chrono::seconds(5)));
+  CHECK(chat_status(front->port(), t2["key"]) == 200);
+  auto revoked = request(a->port(), "DELETE", "/admin/teams/ops-one/keys/" + t1["key_id"].get<std::string>(), "", kAdmin);
+  REQUIRE(revoked.status == 200);
+  CHECK(eventually([&] { return chat_status(front->port(), t1["key"]) == 401; }, std::chrono::seconds(5)));
+  const std::string version = config_of(a->port())["version"];
+  REQUIRE(eventually([&] { return config_of(front->port())["version"] == version; }, std::chrono::seconds(5)));
+  CHECK(config_of(front->port())["snapshots_received"].get<int>() >= 3);
+  CHECK(config_of(front->port())["snapshots_refused"] == 0);
+
+  // The control node goes away and the front restarts: it serves from its last-known-good
+  // (ops-two is known: no region answers, 503; ops-one stays revoked: 401).
+  front->signal(SIGTERM);
+  CHECK(front->wait_exit(10000) == 0);
+  a->signal(SIGKILL);
+  a->wait_exit(5000);
+  // With no region to reach it never turns ready: a fixed port, and it answers meanwhile.
+  const int http = free_port();
+  front = std::make_unique<kiln_process>(front_node(pf, pa), process_options{"", 0, http, front_store, ""});
+  REQUIRE(eventually([&] { return !config_of(http).empty(); }, std::chrono::seconds(10)));
+  {
+    const json c = config_of(front->port());
+    CHECK(c["source"] == "last-known-good");
+    CHECK(c["version"] == version);
+    CHECK(c["origin"] == "a-control");
+  }
+  CHECK(chat_status(front->port(), t2["key"]) == 503);
+  CHECK(chat_status(front->port(), t1["key"]) == 401);
+
+  // A corrupt last-known-good is not used: the config file's teams, and the reason.
+  front->signal(SIGTERM);
+  CHECK(front->wait_exit(10000) == 0);
+  {
+    std::fstream f(lkg, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x01');
+  }
+  front = std::make_unique<kiln_process>(front_node(pf, pa), process_options{"", 0, http, front_store, ""});
+  REQUIRE(eventually([&] { return !config_of(http).empty(); }, std::chrono::seconds(10)));
+  {
+    const json c = config_of(front->port());
+    CHECK(c["source"] == "config");
+    CHECK(c["last_error"].get<std::string>().find("checksum mismatch") != std::string::npos);
+  }
+  CHECK(chat_status(front->port(), t2["key"]) == 401);
+  CHECK(chat_status(front->port(), "key-search") == 503);
+
+  // The control node returns: the front follows it again (ops-two known once more).
+  a = std::make_unique<kiln_process>(region_node(pa));
+  CHECK(eventually([&] { return config_of(front->port()).value("source", "") == "control"; }, std::chrono::seconds(20)));
+  front.reset();
+  remove_store(front_store);
+  std::filesystem::remove(lkg);
+}
