@@ -83,6 +83,7 @@ struct region_gauge {
   std::string region;
   int rank = 0;                  ///< place in the front's preference, 0 nearest
   bool up = false;               ///< a router node of it is reachable
+  bool draining = false;         ///< an operator's drain: no new requests go there
   std::vector<std::string> nodes;  ///< its router nodes reachable now
   std::int64_t in_flight = 0;    ///< requests sent there, not ended
   std::uint64_t sent = 0;        ///< requests sent there (retries included)

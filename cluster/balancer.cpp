@@ -9,6 +9,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/node_supervisor.hpp"
+#include "actors/region_drill.hpp"
 #include "cluster/wire.hpp"
 #include "config/config.hpp"
 
@@ -38,6 +39,7 @@ struct balancer_state {
   std::vector<member_info> routers;  ///< reachable router nodes
   std::map<std::string, region_stats> stats;
   std::size_t rr = 0;
+  std::map<std::string, caf::actor_clock::time_point> drained;  ///< region -> until
   static inline const char* name = "kiln.balancer";
 };
 
@@ -51,6 +53,14 @@ std::vector<std::string> region_order(const balancer_state& st) {
   return out;
 }
 
+bool draining(self_ptr self, const std::string& region) {
+  auto it = self->state.drained.find(region);
+  if (it == self->state.drained.end()) return false;
+  if (self->clock().now() < it->second) return true;
+  self->state.drained.erase(it);
+  return false;
+}
+
 void publish(self_ptr self) {
   auto& st = self->state;
   std::vector<actors::region_gauge> rows;
@@ -62,6 +72,7 @@ void publish(self_ptr self) {
     for (const auto& m : st.routers)
       if (m.region == g.region) g.nodes.push_back(m.node);
     g.up = !g.nodes.empty();
+    g.draining = draining(self, g.region);
     const auto& s = st.stats[g.region];
     g.in_flight = s.in_flight;
     g.sent = s.sent;
@@ -89,7 +100,7 @@ void fail(self_ptr self, flight& f, actors::errc code, std::string message, std:
 bool dispatch(self_ptr self, flight& f) {
   auto& st = self->state;
   for (const auto& region : region_order(st)) {
-    if (f.tried.count(region)) continue;
+    if (f.tried.count(region) || draining(self, region)) continue;
     std::vector<const member_info*> nodes;
     for (const auto& m : st.routers)
       if (m.region == region) nodes.push_back(&m);
@@ -217,6 +228,32 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
         }
         self->send(f.r.sink, ev);
         end_flight(self, ev.id);
+      },
+      [self](actors::region_drill& d) -> caf::result<actors::region_drill_report> {
+        auto& st = self->state;
+        actors::region_drill_report report{d.region, d.action, {}};
+        for (const auto& m : st.routers)
+          if (m.region == d.region) report.nodes.push_back(m.node);
+        const auto order = region_order(st);
+        if (std::find(order.begin(), order.end(), d.region) == order.end())
+          return actors::make_error(actors::errc::invalid_request, "No region named " + d.region + ".");
+        if (d.action == "drain") {
+          st.drained[d.region] = d.seconds > 0
+                                     ? self->clock().now() + std::chrono::duration_cast<caf::timespan>(
+                                                                 std::chrono::duration<double>(d.seconds))
+                                     : caf::actor_clock::time_point::max();
+        } else if (d.action == "undrain") {
+          st.drained.erase(d.region);
+        } else if (d.action == "kill") {
+          if (report.nodes.empty())
+            return actors::make_error(actors::errc::unavailable, "No router node of region " + d.region + " is reachable.");
+          for (const auto& m : st.routers)
+            if (m.region == d.region) self->send(m.directory, die_atom::value);
+        } else {
+          return actors::make_error(actors::errc::invalid_request, "A region drill is drain, undrain or kill.");
+        }
+        publish(self);
+        return report;
       },
       [self](actors::tick_atom) {
         publish(self);

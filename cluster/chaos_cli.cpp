@@ -26,6 +26,8 @@ struct chaos_options {
   std::string target = "replica";
   std::string action = "kill";
   double seconds = 5;
+  std::string region;  ///< non-empty: the region drill (drain, undrain or kill) through a front
+  bool seconds_given = false;
 };
 
 /// "2s", "500ms", "1m", "1.5" (seconds); negative when it is none of these.
@@ -53,7 +55,8 @@ bool parse(const std::vector<std::string>& args, chaos_options& o, std::string& 
     else if (f == "--admin-key") o.admin_key = v;
     else if (f == "--every") o.every_s = parse_duration(v);
     else if (f == "--for") o.for_s = parse_duration(v);
-    else if (f == "--seconds") o.seconds = parse_duration(v);
+    else if (f == "--seconds") o.seconds = parse_duration(v), o.seconds_given = true;
+    else if (f == "--region") o.region = v;
     else if (f == "--target") o.target = v;
     else if (f == "--action") o.action = v;
     else {
@@ -64,7 +67,9 @@ bool parse(const std::vector<std::string>& args, chaos_options& o, std::string& 
   if (!parse_url(url, o.host, o.port)) err = "--url must be http://HOST:PORT (got '" + url + "')";
   else if (o.admin_key.empty()) err = "--admin-key is required";
   else if (o.every_s <= 0 || o.for_s <= 0 || o.seconds <= 0) err = "--every, --for and --seconds take durations such as 2s or 500ms";
-  else if (!actors::chaos_target_from(o.target)) err = "--target must be replica, engine, router, autoscaler or store";
+  else if (!o.region.empty()) {
+    if (o.action != "kill" && o.action != "drain" && o.action != "undrain") err = "with --region, --action must be kill, drain or undrain";
+  } else if (!actors::chaos_target_from(o.target)) err = "--target must be replica, engine, router, autoscaler or store";
   else if (!actors::chaos_action_from(o.action)) err = "--action must be kill, freeze, slow or fail";
   return err.empty();
 }
@@ -78,6 +83,39 @@ std::string row(const json& r) {
   return line;
 }
 
+// The region drill: one call to the front's balancer, then the regions as it sees them.
+int region_drill(const chaos_options& o, std::ostream& out, std::ostream& err) {
+  const std::vector<std::string> auth = {"Authorization: Bearer " + o.admin_key, "Content-Type: application/json"};
+  const std::string path = "/admin/regions/" + o.region + (o.action == "kill" ? "/kill" : "/drain");
+  const std::string method = o.action == "undrain" ? "DELETE" : "POST";
+  const std::string body = o.action == "drain" ? json{{"seconds", o.seconds_given ? o.seconds : 0.0}}.dump() : "";
+  auto reply = http_call(o.host, o.port, method, path, auth, body);
+  if (auto* e = std::get_if<std::string>(&reply)) {
+    err << "kiln chaos: " << *e << "\n";
+    return 1;
+  }
+  const auto& r = std::get<http_reply>(reply);
+  const json b = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !b.is_object()) {
+    err << "kiln chaos: " << (b.is_object() && b.contains("error") ? b["error"].value("message", r.body) : r.body) << "\n";
+    return 1;
+  }
+  out << o.action << " region " << o.region << ": router nodes";
+  for (const auto& n : b.value("router_nodes", json::array())) out << " " << n.get<std::string>();
+  out << "\n";
+  std::this_thread::sleep_for(std::chrono::seconds(o.action == "kill" ? 2 : 0));
+  auto state = http_call(o.host, o.port, "GET", "/admin/regions", auth, "");
+  if (auto* s = std::get_if<http_reply>(&state); s && s->status == 200) {
+    const json st = json::parse(s->body, nullptr, false);
+    if (st.is_object() && st.contains("regions"))
+      for (const auto& g : st["regions"])
+        out << "  region " << g.value("region", "?") << ": " << g.value("status", "?") << ", in flight "
+            << g.value("requests_in_flight", 0) << ", retried " << g.value("retried", 0) << ", failed mid-stream "
+            << g.value("failed_mid_stream", 0) << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_chaos(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -87,6 +125,7 @@ int run_chaos(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "kiln chaos: " << why << "\n";
     return 2;
   }
+  if (!o.region.empty()) return region_drill(o, out, err);
   const std::vector<std::string> auth = {"Authorization: Bearer " + o.admin_key, "Content-Type: application/json"};
   const auto t0 = clock_type::now();
   const auto period = std::chrono::duration<double>(o.every_s);

@@ -1,6 +1,7 @@
 #include "cluster/directory.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -248,6 +249,11 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         self->delayed_send(self, self->state.d.publish_every, publish_atom::value);
       },
       [self](snapshot_atom) -> std::string { return self->state.bytes; },
+      [self](die_atom) {
+        // A region drill: this process ends as a crashed node would, with nothing flushed.
+        std::fprintf(stderr, "kiln: region drill: node %s ends now\n", self->state.d.self.node.c_str());
+        std::raise(SIGKILL);
+      },
       [self](snapshot_atom, std::string& bytes) { take_config(self, caf::actor_cast<caf::actor_addr>(self->current_sender()), bytes); },
       [self](actors::request& r) {
         auto admission = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::admission_name));

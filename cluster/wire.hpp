@@ -20,6 +20,7 @@ using members_atom = caf::atom_constant<caf::atom("members")>;  ///< the members
 using redial_atom = caf::atom_constant<caf::atom("redial")>;    ///< connect to seeds not yet reached
 using regions_atom = caf::atom_constant<caf::atom("regions")>;  ///< the balancer's view of regions
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;  ///< a control node's config snapshot (bytes)
+using die_atom = caf::atom_constant<caf::atom("die")>;            ///< region drill: the node's process ends
 using publish_atom = caf::atom_constant<caf::atom("publish")>;    ///< a control node looks for changes
 
 /// One node as the others see it. `directory` is its membership actor: requests for its

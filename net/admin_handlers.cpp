@@ -142,55 +142,7 @@ void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::er
   answer_error(ex, to_api_error(actors::errc::unavailable, "The " + who + " did not answer: " + text));
 }
 
-// The regions as this node's balancer sees them; a node without one (not clustered, or no
-// front role) shows its own region.
-void regions(front& f, const std::shared_ptr<exchange>& ex) {
-  const auto& cfg = *f.deps.cfg;
-  json rows = json::array();
-  for (const auto& r : f.deps.gauges->regions())
-    rows.push_back({{"region", r.region},
-                    {"rank", r.rank},
-                    {"status", r.up ? "up" : "down"},
-                    {"router_nodes", r.nodes},
-                    {"requests_in_flight", r.in_flight},
-                    {"requests_sent", r.sent},
-                    {"retried", r.retried},
-                    {"failed_mid_stream", r.failed_mid_stream},
-                    {"lost", r.lost}});
-  if (rows.empty())
-    rows.push_back({{"region", cfg.region}, {"rank", 0}, {"status", f.ready ? "up" : "loading"},
-                    {"router_nodes", json::array({cfg.cluster.node})}});
-  ex->respond(200, json{{"node", cfg.cluster.node}, {"region", cfg.region}, {"clustered", cfg.cluster.clustered()},
-                        {"regions", rows}}
-                       .dump());
-}
-
-// The configuration this node serves from, and its snapshot's version.
-void config_view(front& f, const std::shared_ptr<exchange>& ex) {
-  const auto& cfg = *f.deps.cfg;
-  const auto c = f.deps.gauges->config();
-  const auto t = f.deps.tenants->get();
-  json teams = json::array();
-  for (const auto& team : t->teams) teams.push_back(team.name);
-  ex->respond(200, json{{"node", cfg.cluster.node},
-                        {"region", cfg.region},
-                        {"source", c.source},
-                        {"version", c.version.empty() ? json(nullptr) : json(c.version)},
-                        {"origin", c.origin.empty() ? json(nullptr) : json(c.origin)},
-                        {"made_unix", c.made_unix ? json(c.made_unix) : json(nullptr)},
-                        {"snapshots_received", c.received},
-                        {"snapshots_refused", c.refused},
-                        {"last_error", c.last_error.empty() ? json(nullptr) : json(c.last_error)},
-                        {"teams", teams},
-                        {"keys", t->keys.size()}}
-                       .dump());
-}
-
 void add_admin_routes(front& f) {
-  f.routes.add("GET", "/admin/config", access::admin,
-               [&f](const std::shared_ptr<exchange>& ex, const route_params&) { config_view(f, ex); });
-  f.routes.add("GET", "/admin/regions", access::admin,
-               [&f](const std::shared_ptr<exchange>& ex, const route_params&) { regions(f, ex); });
   f.routes.add("GET", "/admin/pools/{model}/state", access::admin,
                [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { pool_state(f, ex, p.get("model")); });
   f.routes.add("PUT", "/admin/replicas/{id}/drain", access::admin,

@@ -23,6 +23,7 @@ std::int64_t unix_now();
 /// Each adds its paths to the front's route table.
 void add_openai_routes(front& f);
 void add_admin_routes(front& f);
+void add_cluster_admin_routes(front& f);
 void add_team_routes(front& f);
 void add_model_routes(front& f);
 void add_ops_routes(front& f);

@@ -29,6 +29,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
           front_.deps.cfg->server.io_threads == 1);
     add_openai_routes(front_);
     add_admin_routes(front_);
+    add_cluster_admin_routes(front_);
     add_team_routes(front_);
     add_model_routes(front_);
     add_ops_routes(front_);

@@ -69,6 +69,8 @@ void render_regions(std::string& out, const actors::fleet_gauges& g) {
   auto lab = [](const rg& r) { return labels({{"region", r.region}}); };
   rows(out, "kiln_region_up", "gauge", "1 while a router node of the region is reachable from this front.", regions, lab,
        [](const rg& r) { return r.up ? 1 : 0; });
+  rows(out, "kiln_region_draining", "gauge", "1 while an operator's drain keeps new requests from the region.", regions, lab,
+       [](const rg& r) { return r.draining ? 1 : 0; });
   rows(out, "kiln_region_rank", "gauge", "The region's place in this front's preference (0 nearest).", regions, lab,
        [](const rg& r) { return r.rank; });
   rows(out, "kiln_region_router_nodes", "gauge", "Router nodes of the region reachable now.", regions, lab,

@@ -2,6 +2,8 @@
 // and one router node per region, over CAF's middleman.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
 #include <csignal>
 #include <chrono>
 #include <memory>
@@ -171,4 +173,58 @@ TEST_CASE("cluster: a frozen region node leaves the front's regions within the c
   REQUIRE(eventually([&] { return region_up(front.port(), "a"); }, std::chrono::seconds(20)));
   auto back = request(front.port(), "POST", "/v1/chat/completions", chat(4, false), kTeam);
   CHECK(back.status == 200);
+}
+
+TEST_CASE("cluster: the region drill by hand: drain and undrain a region, then kill it with kiln chaos --region") {
+  const int pa = free_port(), pb = free_port(), pf = free_port();
+  kiln_process a(region_node("a", pa, 1, 8));
+  kiln_process b(region_node("b", pb, 1, 8));
+  kiln_process front(front_node(pf, {pa, pb}, "[\"a\", \"b\"]"));
+  REQUIRE(eventually([&] { return region_up(front.port(), "a") && region_up(front.port(), "b"); }, std::chrono::seconds(20)));
+  const std::vector<std::string> admin = {"Authorization: Bearer key-admin", "Content-Type: application/json"};
+  auto region_of = [&] {
+    auto r = request(front.port(), "POST", "/v1/chat/completions", chat(3, false), kTeam);
+    return r.status == 200 ? json::parse(r.body)["region"].get<std::string>() : "status " + std::to_string(r.status);
+  };
+  CHECK(region_of() == "a");
+
+  // Drained until undrained: new requests go to b; a stays reachable.
+  auto drained = request(front.port(), "POST", "/admin/regions/a/drain", R"({"seconds":0})", admin);
+  REQUIRE(drained.status == 200);
+  CHECK(json::parse(drained.body)["router_nodes"] == json::array({"a-router"}));
+  CHECK(region_of() == "b");
+  CHECK(region_of() == "b");
+  CHECK(eventually([&] { return metric(front.port(), "kiln_region_draining{region=\"a\"}") == 1; }, std::chrono::seconds(3)));
+  const json view = regions_of(front.port());
+  CHECK(view["regions"][0]["status"] == "draining");
+  CHECK(request(front.port(), "DELETE", "/admin/regions/a/drain", "", admin).status == 200);
+  CHECK(region_of() == "a");
+
+  // A drain for a while ends by itself.
+  REQUIRE(request(front.port(), "POST", "/admin/regions/a/drain", R"({"seconds":1})", admin).status == 200);
+  CHECK(region_of() == "b");
+  CHECK(eventually([&] { return region_of() == "a"; }, std::chrono::seconds(5)));
+
+  // Bad drills: clear errors.
+  CHECK(request(front.port(), "POST", "/admin/regions/a/drain", R"({"seconds":-1})", admin).status == 400);
+  CHECK(request(front.port(), "POST", "/admin/regions/a/drain", R"({"minutes":1})", admin).status == 400);
+  CHECK(request(front.port(), "POST", "/admin/regions/z/kill", "", admin).status == 400);
+  CHECK(request(front.port(), "POST", "/admin/regions/a/kill", "", kTeam).status == 403);
+  CHECK(request(a.port(), "POST", "/admin/regions/a/drain", "", admin).status == 404);  // no balancer there
+
+  // kiln chaos --region kills every router node of the region, as a region lost.
+  const std::string cmd = std::string(kiln_binary()) + " chaos --url http://127.0.0.1:" + std::to_string(front.port()) +
+                          " --admin-key key-admin --region a --action kill 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = ::pclose(p);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(out.find("kill region a: router nodes a-router") != std::string::npos);
+  CHECK(out.find("region a: down") != std::string::npos);
+  CHECK(a.wait_exit(5000) == -1);  // it died of a signal
+  CHECK(region_of() == "b");
 }
