@@ -30,7 +30,6 @@ struct flight {
 struct region_stats {
   std::int64_t in_flight = 0;
   std::uint64_t sent = 0, retried = 0, failed_mid_stream = 0, lost = 0;
-  bool was_up = false;
 };
 
 struct balancer_state {
@@ -119,15 +118,21 @@ bool dispatch(self_ptr self, flight& f) {
   return false;
 }
 
-// The reachable router nodes changed: requests on a node that left move or end.
+// The reachable router nodes changed: requests on a node that left move or end; a region
+// left with no router node counts as lost once.
 void on_members(self_ptr self, const std::vector<member_info>& all) {
   auto& st = self->state;
+  std::set<std::string> before, after;
+  for (const auto& m : st.routers) before.insert(m.region);
   std::vector<member_info> routers;
   for (const auto& m : all)
     if ((m.roles & config::role_bit(config::node_role::router)) && m.directory) routers.push_back(m);
   std::set<caf::actor_addr> alive;
   for (const auto& m : routers) alive.insert(m.directory.address());
   st.routers = std::move(routers);
+  for (const auto& m : st.routers) after.insert(m.region);
+  for (const auto& region : before)
+    if (!after.count(region)) ++st.stats[region].lost;
   std::vector<request_id> orphaned;
   for (auto& [id, f] : st.flights)
     if (f.target && !alive.count(f.target.address())) orphaned.push_back(id);
@@ -145,8 +150,6 @@ void on_members(self_ptr self, const std::vector<member_info>& all) {
     ++from.retried;
     if (!dispatch(self, f)) st.flights.erase(id);
   }
-  for (auto& [region, s] : st.stats) s.was_up = false;
-  for (const auto& m : st.routers) st.stats[m.region].was_up = true;
   publish(self);
 }
 
@@ -167,15 +170,7 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
         if (!fresh) return;  // the front never sends one id twice
         if (!dispatch(self, it->second)) self->state.flights.erase(it);
       },
-      [self](members_atom, std::vector<member_info>& all) {
-        // A lost member counts as a loss of its region when no router node of it is left.
-        std::set<std::string> before;
-        for (const auto& m : self->state.routers) before.insert(m.region);
-        on_members(self, all);
-        for (const auto& region : before)
-          if (!self->state.stats[region].was_up) ++self->state.stats[region].lost;
-        publish(self);
-      },
+      [self](members_atom, std::vector<member_info>& all) { on_members(self, all); },
       [self](actors::stream_tokens& ev) {
         auto it = self->state.flights.find(ev.id);
         if (it == self->state.flights.end()) return;

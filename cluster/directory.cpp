@@ -167,12 +167,10 @@ void admit(self_ptr self, const member_info& m) {
 void dial(self_ptr self, const std::string& endpoint) {
   auto& st = self->state;
   if (endpoint == st.d.self.endpoint || connected_to(st, endpoint) || st.pending.count(endpoint)) return;
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string::npos) return;
-  const std::string host = endpoint.substr(0, colon);
-  const auto port = static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1)));
+  config::cluster_endpoint to;
+  if (!config::parse_endpoint(endpoint, to)) return;  // what a peer told us may be anything
   st.pending.insert(endpoint);
-  self->request(st.mm, std::chrono::seconds(3), caf::connect_atom::value, host, port)
+  self->request(st.mm, std::chrono::seconds(3), caf::connect_atom::value, to.host, to.port)
       .then(
           [self, endpoint](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             self->state.pending.erase(endpoint);

@@ -141,18 +141,6 @@ server_config read_server(const toml::table& t) {
   return s;
 }
 
-// "host:port" with a port in 1-65535; false when it is not one.
-bool parse_endpoint(const std::string& text, cluster_endpoint& out) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
-  const std::string port = text.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
-  const int n = std::stoi(port);
-  if (n < 1 || n > 65535) return false;
-  out = {text.substr(0, colon), static_cast<std::uint16_t>(n)};
-  return true;
-}
-
 cluster_config read_cluster(const toml::table& t) {
   cluster_config c;
   reader r(t, "cluster");
@@ -476,6 +464,17 @@ std::int64_t pool_config::pool_capacity_tokens() const {
   if (capacity_tokens > 0) return capacity_tokens * replicas;
   if (executor == executor_kind::cuda) return 0;  // the device sizes its KV at start
   return static_cast<std::int64_t>(engine_kv_blocks() - 1) * block_size * replicas;
+}
+
+bool parse_endpoint(const std::string& text, cluster_endpoint& out) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
+  const std::string port = text.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int n = std::stoi(port);
+  if (n < 1 || n > 65535) return false;
+  out = {text.substr(0, colon), static_cast<std::uint16_t>(n)};
+  return true;
 }
 
 std::string_view to_string(node_role r) {

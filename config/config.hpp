@@ -172,6 +172,9 @@ struct cluster_endpoint {
   std::string str() const { return host + ":" + std::to_string(port); }
 };
 
+/// "host:port" with a port in 1-65535 into `out`; false when the text is not one.
+bool parse_endpoint(const std::string& text, cluster_endpoint& out);
+
 /// [cluster]: absent, the node is alone with every role. With `listen`, it accepts other
 /// nodes over CAF's middleman (BASP over TCP) and connects to its seeds.
 struct cluster_config {
