@@ -84,6 +84,8 @@ struct region_gauge {
   int rank = 0;                  ///< place in the front's preference, 0 nearest
   bool up = false;               ///< a router node of it is reachable
   bool draining = false;         ///< an operator's drain: no new requests go there
+  bool degraded = false;         ///< its router nodes report pools and none serves: drained while another region serves
+  std::vector<std::string> unhealthy_models;  ///< models it has pools of, none serving: their requests go elsewhere first
   std::vector<std::string> nodes;  ///< its router nodes reachable now
   std::int64_t in_flight = 0;    ///< requests sent there, not ended
   std::uint64_t sent = 0;        ///< requests sent there (retries included)

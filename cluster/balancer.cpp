@@ -39,6 +39,7 @@ struct balancer_state {
   std::map<std::string, region_stats> stats;
   std::size_t rr = 0;
   std::map<std::string, caf::actor_clock::time_point> drained;  ///< region -> until
+  std::map<std::string, node_health> health;  ///< router node -> its pools, as last reported
   static inline const char* name = "kiln.balancer";
 };
 
@@ -60,6 +61,32 @@ bool draining(self_ptr self, const std::string& region) {
   return false;
 }
 
+// A region's pools as its router nodes last reported them. A model is unhealthy in a region
+// where some node has pools of it and none serves; the whole region is degraded where its
+// nodes report pools and none of them serves anything. A node not heard from yet counts as
+// healthy (a region is never drained on no evidence).
+struct region_view {
+  std::set<std::string> serving, unhealthy;
+  bool reported = false;
+  bool degraded() const { return reported && serving.empty() && !unhealthy.empty(); }
+  bool avoid(const std::string& model) const {
+    return degraded() || (unhealthy.count(model) && !serving.count(model));
+  }
+};
+
+region_view view_of(const balancer_state& st, const std::string& region) {
+  region_view v;
+  for (const auto& m : st.routers) {
+    if (m.region != region) continue;
+    auto it = st.health.find(m.node);
+    if (it == st.health.end()) return region_view{};  // one node unheard: no judgement yet
+    v.reported = true;
+    v.serving.insert(it->second.serving.begin(), it->second.serving.end());
+    v.unhealthy.insert(it->second.unhealthy.begin(), it->second.unhealthy.end());
+  }
+  return v;
+}
+
 void publish(self_ptr self) {
   auto& st = self->state;
   std::vector<actors::region_gauge> rows;
@@ -72,6 +99,10 @@ void publish(self_ptr self) {
       if (m.region == g.region) g.nodes.push_back(m.node);
     g.up = !g.nodes.empty();
     g.draining = draining(self, g.region);
+    const region_view v = view_of(st, g.region);
+    g.degraded = v.degraded();
+    for (const auto& m : v.unhealthy)
+      if (!v.serving.count(m)) g.unhealthy_models.push_back(m);
     const auto& s = st.stats[g.region];
     g.in_flight = s.in_flight;
     g.sent = s.sent;
@@ -94,28 +125,49 @@ void fail(self_ptr self, flight& f, actors::errc code, std::string message, std:
   self->send(f.r.sink, actors::stream_error{f.r.id, code, std::move(message), "", retry_after_s});
 }
 
-// Sends the flight to the nearest region it has not been refused by; false: none can take it
-// (the flight is then ended with an error).
+// Sends the flight to the nearest region it has not been refused by, passing over regions
+// whose pools for its model are unhealthy while a healthy one is left (with none left, the
+// nearest takes it and answers for its pool); false: none can take it (the flight is then
+// ended with an error).
 bool dispatch(self_ptr self, flight& f) {
   auto& st = self->state;
-  for (const auto& region : region_order(st)) {
-    if (f.tried.count(region) || draining(self, region)) continue;
-    std::vector<const member_info*> nodes;
-    for (const auto& m : st.routers)
-      if (m.region == region) nodes.push_back(&m);
-    if (nodes.empty()) continue;
-    const member_info& to = *nodes[st.rr++ % nodes.size()];
-    f.target = to.directory;
-    f.region = region;
-    auto r = f.r;
-    r.sink = caf::actor_cast<caf::actor>(self);
-    self->send(to.directory, std::move(r));
-    ++st.stats[region].in_flight;
-    ++st.stats[region].sent;
-    return true;
+  const std::string model = config::split_model_ref(f.r.model).first;
+  for (const bool healthy_only : {true, false}) {
+    for (const auto& region : region_order(st)) {
+      if (f.tried.count(region) || draining(self, region)) continue;
+      if (healthy_only && view_of(st, region).avoid(model)) continue;
+      std::vector<const member_info*> nodes;
+      for (const auto& m : st.routers)
+        if (m.region == region) nodes.push_back(&m);
+      if (nodes.empty()) continue;
+      const member_info& to = *nodes[st.rr++ % nodes.size()];
+      f.target = to.directory;
+      f.region = region;
+      auto r = f.r;
+      r.sink = caf::actor_cast<caf::actor>(self);
+      self->send(to.directory, std::move(r));
+      ++st.stats[region].in_flight;
+      ++st.stats[region].sent;
+      return true;
+    }
   }
   fail(self, f, actors::errc::unavailable, "No region can take the request now.", 1);
   return false;
+}
+
+// Each router node reports its pools (every publish period); a report that changes a region's
+// view shows at the next publish.
+void ask_health(self_ptr self) {
+  for (const auto& m : self->state.routers) {
+    self->request(m.directory, self->state.d.publish_every * 2, health_atom::value)
+        .then(
+            [self, node = m.node](node_health& h) {
+              // A node that left meanwhile is not brought back by its late answer.
+              for (const auto& r : self->state.routers)
+                if (r.node == node) self->state.health[node] = std::move(h);
+            },
+            [](caf::error&) {});  // a lost node leaves through membership, not here
+  }
 }
 
 // The reachable router nodes changed: requests on a node that left move or end; a region
@@ -131,6 +183,9 @@ void on_members(self_ptr self, const std::vector<member_info>& all) {
   for (const auto& m : routers) alive.insert(m.directory.address());
   st.routers = std::move(routers);
   for (const auto& m : st.routers) after.insert(m.region);
+  std::erase_if(st.health, [&](const auto& h) {
+    return std::none_of(st.routers.begin(), st.routers.end(), [&](const member_info& m) { return m.node == h.first; });
+  });
   for (const auto& region : before)
     if (!after.count(region)) ++st.stats[region].lost;
   std::vector<request_id> orphaned;
@@ -251,6 +306,7 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
         return report;
       },
       [self](actors::tick_atom) {
+        ask_health(self);
         publish(self);
         self->delayed_send(self, self->state.d.publish_every, actors::tick_atom::value);
       },

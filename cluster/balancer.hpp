@@ -8,6 +8,12 @@
 // one error event. A request a region refuses before its first token because it is stopping,
 // degraded or has nothing serving goes to the next region it has not tried.
 //
+// Each router node reports its pools every publish period (node_health): a region where a
+// model has pools and none serves is passed over for that model while another region serves
+// it, and a region none of whose pools serves is shown degraded (drained automatically until
+// its pools recover). With no healthy region left, the nearest takes the request and answers
+// for its pool (503 with Retry-After).
+//
 // Why it is safe: a node's tokens and its loss reach the balancer over one connection, in
 // order, so once the loss is seen no token of that attempt can follow it; an attempt that had
 // shown no token had shown the client nothing.

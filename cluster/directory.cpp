@@ -144,6 +144,16 @@ void take_config(self_ptr self, const caf::actor_addr& from, const std::string& 
     });
 }
 
+// This node's pools by model, for the balancers (a node without pools reports none).
+node_health health_of(const directory_state& st) {
+  node_health h;
+  if (!st.d.gauges) return h;
+  std::map<std::string, bool> serving;  // model -> some pool of it serves
+  for (const auto& p : st.d.gauges->pools()) serving[p.model] = serving[p.model] || p.status == "serving";
+  for (const auto& [model, up] : serving) (up ? h.serving : h.unhealthy).push_back(model);
+  return h;
+}
+
 // A control node joined: ask it for its snapshot (later ones it pushes).
 void ask_config(self_ptr self, const member_info& m) {
   if (control_here(self->state) || !has_role(m, config::node_role::control)) return;
@@ -247,6 +257,7 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         self->delayed_send(self, self->state.d.publish_every, publish_atom::value);
       },
       [self](snapshot_atom) -> std::string { return self->state.bytes; },
+      [self](health_atom) -> node_health { return health_of(self->state); },
       [self](die_atom) {
         // A region drill: this process ends as a crashed node would, with nothing flushed.
         std::fprintf(stderr, "kiln: region drill: node %s ends now\n", self->state.d.self.node.c_str());

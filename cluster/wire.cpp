@@ -19,6 +19,7 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<actors::rate_limit_info>("kiln::rate_limit_info");
   // Membership.
   cfg.add_message_type<member_info>("kiln::member_info");
+  cfg.add_message_type<node_health>("kiln::node_health");
 }
 
 void set_heartbeats(caf::actor_system_config& cfg, int heartbeat_ms, int connection_timeout_ms) {

@@ -22,6 +22,7 @@ using regions_atom = caf::atom_constant<caf::atom("regions")>;  ///< the balance
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;  ///< a control node's config snapshot (bytes)
 using die_atom = caf::atom_constant<caf::atom("die")>;            ///< region drill: the node's process ends
 using publish_atom = caf::atom_constant<caf::atom("publish")>;    ///< a control node looks for changes
+using health_atom = caf::atom_constant<caf::atom("health")>;      ///< a router node's pools, as the balancer asks
 
 /// One node as the others see it. `directory` is its membership actor: requests for its
 /// region go there (it hands them to its admission, whichever instance is current), and its
@@ -43,6 +44,22 @@ struct member_info {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_info& x) {
   return f(caf::meta::type_name("member_info"), x.node, x.region, x.roles, x.endpoint, x.http, x.directory);
+}
+
+/// A router node's pools by model, as its directory reports them to the balancer: a model is
+/// serving where some pool of it serves, unhealthy where it has pools and none serves
+/// (degraded, failed or still loading).
+struct node_health {
+  std::vector<std::string> serving;
+  std::vector<std::string> unhealthy;
+  friend bool operator==(const node_health& a, const node_health& b) {
+    return a.serving == b.serving && a.unhealthy == b.unhealthy;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_health& x) {
+  return f(caf::meta::type_name("node_health"), x.serving, x.unhealthy);
 }
 
 /// Registers every type that crosses nodes, and the middleman's settings: heartbeats every

@@ -25,7 +25,8 @@ void regions(front& f, const std::shared_ptr<exchange>& ex) {
   for (const auto& r : f.deps.gauges->regions())
     rows.push_back({{"region", r.region},
                     {"rank", r.rank},
-                    {"status", r.up ? (r.draining ? "draining" : "up") : "down"},
+                    {"status", !r.up ? "down" : r.draining ? "draining" : r.degraded ? "degraded" : "up"},
+                    {"unhealthy_models", r.unhealthy_models},
                     {"router_nodes", r.nodes},
                     {"requests_in_flight", r.in_flight},
                     {"requests_sent", r.sent},

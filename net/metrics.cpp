@@ -71,6 +71,12 @@ void render_regions(std::string& out, const actors::fleet_gauges& g) {
        [](const rg& r) { return r.up ? 1 : 0; });
   rows(out, "kiln_region_draining", "gauge", "1 while an operator's drain keeps new requests from the region.", regions, lab,
        [](const rg& r) { return r.draining ? 1 : 0; });
+  rows(out, "kiln_region_degraded", "gauge",
+       "1 while the region's router nodes report pools and none serves (drained while another region serves).", regions,
+       lab, [](const rg& r) { return r.degraded ? 1 : 0; });
+  rows(out, "kiln_region_unhealthy_models", "gauge",
+       "Models the region has pools of, none serving: their requests go to another region first.", regions, lab,
+       [](const rg& r) { return r.unhealthy_models.size(); });
   rows(out, "kiln_region_rank", "gauge", "The region's place in this front's preference (0 nearest).", regions, lab,
        [](const rg& r) { return r.rank; });
   rows(out, "kiln_region_router_nodes", "gauge", "Router nodes of the region reachable now.", regions, lab,

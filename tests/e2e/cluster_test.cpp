@@ -62,6 +62,13 @@ std::string chat(int max_tokens, bool stream) {
 }
 
 const std::vector<std::string> kTeam = {"Authorization: Bearer key-search", "Content-Type: application/json"};
+const std::vector<std::string> kAdmin = {"Authorization: Bearer key-admin", "Content-Type: application/json"};
+
+// The region that served a short answer through the front (or the status it failed with).
+std::string served_by(int front_port) {
+  auto r = request(front_port, "POST", "/v1/chat/completions", chat(3, false), kTeam);
+  return r.status == 200 ? json::parse(r.body)["region"].get<std::string>() : "status " + std::to_string(r.status);
+}
 
 }  // namespace
 
@@ -181,11 +188,8 @@ TEST_CASE("cluster: the region drill by hand: drain and undrain a region, then k
   kiln_process b(region_node("b", pb, 1, 8));
   kiln_process front(front_node(pf, {pa, pb}, "[\"a\", \"b\"]"));
   REQUIRE(eventually([&] { return region_up(front.port(), "a") && region_up(front.port(), "b"); }, std::chrono::seconds(20)));
-  const std::vector<std::string> admin = {"Authorization: Bearer key-admin", "Content-Type: application/json"};
-  auto region_of = [&] {
-    auto r = request(front.port(), "POST", "/v1/chat/completions", chat(3, false), kTeam);
-    return r.status == 200 ? json::parse(r.body)["region"].get<std::string>() : "status " + std::to_string(r.status);
-  };
+  const auto& admin = kAdmin;
+  auto region_of = [&] { return served_by(front.port()); };
   CHECK(region_of() == "a");
 
   // Drained until undrained: new requests go to b; a stays reachable.
@@ -227,4 +231,52 @@ TEST_CASE("cluster: the region drill by hand: drain and undrain a region, then k
   CHECK(out.find("region a: down") != std::string::npos);
   CHECK(a.wait_exit(5000) == -1);  // it died of a signal
   CHECK(region_of() == "b");
+}
+
+TEST_CASE("cluster: a region whose pool is degraded is passed over while another serves, and taken back when it recovers") {
+  const int pa = free_port(), pb = free_port(), pf = free_port();
+  // Region a gives up restarting after one restart; degraded for 6 s.
+  std::string ca = region_node("a", pa, 1, 8);
+  ca.replace(ca.find("max_running = 8"), 15, "max_running = 8\nrestart_intensity = 1\nrestart_period_ms = 6000");
+  kiln_process a(ca);
+  kiln_process b(region_node("b", pb, 1, 8));
+  kiln_process front(front_node(pf, {pa, pb}, "[\"a\", \"b\"]"));
+  REQUIRE(eventually([&] { return region_up(front.port(), "a") && region_up(front.port(), "b"); }, std::chrono::seconds(20)));
+  const auto& admin = kAdmin;
+  auto region_of = [&] { return served_by(front.port()); };
+  auto chaos = [&](const std::string& target) {
+    return request(a.port(), "POST", "/admin/chaos",
+                   R"({"target":")" + target + R"(","id":"chat-7b-v1-r0","action":"kill"})", admin)
+        .status;
+  };
+  CHECK(region_of() == "a");
+  const double sent_before = metric(front.port(), "kiln_region_requests_total{region=\"a\"}");
+
+  // Two engine deaths (the replica gives up; its pool restarts it), then the replica's: past
+  // the pool's intensity, so the pool turns degraded.
+  REQUIRE(chaos("engine") == 200);
+  REQUIRE(eventually([&] { return metric(a.port(), "kiln_replica_engine_restarts_total") >= 1; }, std::chrono::seconds(5)));
+  REQUIRE(eventually([&] { return chaos("engine") == 200; }, std::chrono::seconds(5)));
+  REQUIRE(eventually([&] { return metric(a.port(), "kiln_pool_restarts_total") >= 1; }, std::chrono::seconds(5)));
+  REQUIRE(eventually([&] { return chaos("replica") == 200; }, std::chrono::seconds(5)));
+  REQUIRE(eventually([&] { return metric(a.port(), "kiln_pool_degraded") == 1; }, std::chrono::seconds(5)));
+
+  // The front hears of it within a second or two and sends chat-7b to b without trying a.
+  REQUIRE(eventually([&] { return metric(front.port(), "kiln_region_degraded{region=\"a\"}") == 1; }, std::chrono::seconds(3)));
+  const json view = regions_of(front.port());
+  CHECK(view["regions"][0]["status"] == "degraded");
+  CHECK(view["regions"][0]["unhealthy_models"] == json::array({"chat-7b"}));
+  CHECK(metric(front.port(), "kiln_region_unhealthy_models{region=\"a\"}") == 1);
+  const double retried_before = metric(front.port(), "kiln_region_retried_total{region=\"a\"}");
+  const double a_sent = metric(front.port(), "kiln_region_requests_total{region=\"a\"}");
+  for (int i = 0; i < 4; ++i) CHECK(region_of() == "b");
+  CHECK(metric(front.port(), "kiln_region_requests_total{region=\"a\"}") == a_sent);  // not even tried
+  CHECK(metric(front.port(), "kiln_region_retried_total{region=\"a\"}") == retried_before);
+
+  // When a recovers (after its 6 s), the front prefers it again.
+  REQUIRE(eventually([&] { return metric(a.port(), "kiln_pool_degraded") == 0 && metric(a.port(), "kiln_pool_serving") == 1; },
+                     std::chrono::seconds(15)));
+  CHECK(eventually([&] { return metric(front.port(), "kiln_region_degraded{region=\"a\"}") == 0; }, std::chrono::seconds(3)));
+  CHECK(eventually([&] { return region_of() == "a"; }, std::chrono::seconds(3)));
+  CHECK(metric(front.port(), "kiln_region_requests_total{region=\"a\"}") > sent_before);
 }
