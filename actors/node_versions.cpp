@@ -90,7 +90,7 @@ std::optional<config::pool_config> pool_for_version(const node_state& st, const 
   for (const auto* p : st.all_pools())
     if (!base && p->model == v.model) base = p;
   if (!base) return std::nullopt;
-  return config::version_pool(*base, v);
+  return config::version_pool(*base, v, st.d.cfg->artifacts);
 }
 
 std::vector<child_spec> rollout_child_specs(stateful* self) {

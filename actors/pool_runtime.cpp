@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cuda_probe.hpp"
+#include "config/artifact_pull.hpp"
 #include "engine/model_dir.hpp"
 
 namespace kiln::actors {
@@ -53,7 +54,13 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
       break;
   }
   const std::string dir = cfg.resolved_model_dir();
-  if (!cfg.registered_files.empty()) {
+  if (!cfg.weights_url.empty()) {
+    // Pulled ahead at registration; pulled again here only if the copy is gone or altered.
+    if (auto why = config::pull_weights(cfg.weights_url, dir, cfg.weights_key, cfg.registered_files); !why.empty()) {
+      rt->failure = "version " + cfg.version + " refused: " + why;
+      return rt;
+    }
+  } else if (!cfg.registered_files.empty()) {
     if (auto bad = config::verify_model_dir(dir, cfg.registered_files); !bad.empty()) {
       rt->failure = "the files do not match version " + cfg.version + ": " + bad;
       return rt;

@@ -25,9 +25,10 @@ std::string listing(const config::model_hashes& h) {
   return out;
 }
 
-registration register_on_disk(config::store& s, config::model_version v) {
+registration register_on_disk(config::store& s, config::model_version v, const std::string& files_dir) {
   registration r;
-  auto dir = config::local_dir_of(v.weights_uri);
+  auto dir = files_dir.empty() ? config::local_dir_of(v.weights_uri)
+                               : std::variant<std::string, std::string>(std::in_place_index<0>, files_dir);
   if (dir.index() == 1) {
     r.mismatch = std::get<1>(dir);
     return r;
@@ -61,7 +62,7 @@ caf::message_handler registry_calls(stateful* self) {
       [self](register_version_call& c) -> caf::result<version_registered> {
         auto rp = self->make_response_promise<version_registered>();
         on_disk<registration>(
-            self, [v = c.version](config::store& s) { return register_on_disk(s, v); },
+            self, [v = c.version, dir = c.files_dir](config::store& s) { return register_on_disk(s, v, dir); },
             [rp](registration& r) mutable {
               if (!r.mismatch.empty()) {
                 rp.deliver(make_error(errc::invalid_request, r.mismatch));

@@ -14,6 +14,7 @@ namespace kiln::actors {
 /// hashes given; answers version_registered, 409 (conflict) for other content.
 struct register_version_call {
   config::model_version version;
+  std::string files_dir;  ///< where its files are on this node ("": weights_uri's local directory)
 };
 struct version_registered {
   config::model_version version;

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/admission.hpp"
+#include "config/snapshot.hpp"
 
 namespace kiln::actors {
 
@@ -26,6 +27,17 @@ void publish(stateful* self, config::tenancy t) {
 
 bool team_known(stateful* self, const std::string& team) { return self->state.board->get()->team(team) != nullptr; }
 
+// A store that other nodes share changes under this node too: its tenancy is read again every
+// few seconds and published when it differs (by content) from what the board holds.
+using reread_atom = caf::atom_constant<caf::atom("reread")>;
+constexpr auto kRereadEvery = std::chrono::seconds(2);
+
+std::uint64_t digest(const config::tenancy& t) {
+  config::config_snapshot s;
+  s.tenants = t;
+  return config::content_version(s);
+}
+
 }  // namespace
 
 caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, std::shared_ptr<config::tenancy_board> board,
@@ -35,7 +47,16 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
   st.thread = make_thread_loader(1);
   st.board = std::move(board);
   st.node = std::move(node);
+  if (st.db->shared()) self->send(self, reread_atom::value);
   caf::message_handler tenancy_calls{
+      [self](reread_atom) {
+        on_disk<config::tenancy>(
+            self, [](config::store& s) { return s.load_tenancy(); },
+            [self](config::tenancy& t) {
+              if (digest(t) != digest(*self->state.board->get())) publish(self, std::move(t));
+              self->delayed_send(self, kRereadEvery, reread_atom::value);
+            });
+      },
       [self](stored_atom, std::uint64_t ticket) {
         auto it = self->state.pending.find(ticket);
         if (it == self->state.pending.end()) return;

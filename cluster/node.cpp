@@ -19,6 +19,7 @@
 
 #include "actors/loader.hpp"
 #include "actors/node_supervisor.hpp"
+#include "config/db.hpp"
 #include "config/store.hpp"
 #include "net/http_server.hpp"
 #include "cluster/cluster_start.hpp"
@@ -41,14 +42,18 @@ std::string executor_name(const config::pool_config& p) {
 // Opens the store, seeding a new one from config; the tenancy it holds, or why not.
 std::variant<config::tenancy, std::string> open_store(const std::string& path, const config::kiln_config& cfg,
                                                       std::unique_ptr<config::store>& held) {
-  auto opened = config::store::open(path);
+  // A store nodes share keeps each node's usage watermark under the node's name (so nodes
+  // sharing one must have distinct names: cluster.node, by default the region).
+  auto opened = config::store::open(path, config::is_postgres_uri(path) ? cfg.cluster.node : "");
   if (auto* e = std::get_if<std::string>(&opened)) return *e;
   held = std::move(std::get<std::unique_ptr<config::store>>(opened));
   if (held->empty()) {
-    if (auto e = held->seed(cfg)) return "cannot seed store " + path + ": " + *e;
+    // Nodes sharing a new store may seed it at once: the one that loses takes what is there.
+    if (auto e = held->seed(cfg); e && !(held->shared() && !held->empty()))
+      return "cannot seed store " + config::redacted_store_path(path) + ": " + *e;
   } else {
     std::fprintf(stderr, "kiln: teams, keys and limits come from the store %s (the config's apply to a new store)\n",
-                 path.c_str());
+                 config::redacted_store_path(path).c_str());
   }
   return held->load_tenancy();
 }
@@ -89,7 +94,7 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
     }
   }
   out << "  admin key " << admin_key << "\n";
-  if (region_node) out << "  store " << store_path << "\n";
+  if (region_node) out << "  store " << config::redacted_store_path(store_path) << "\n";
   if (!capture_path.empty()) out << "  capturing served requests to " << capture_path << " (replay: kiln sim --trace)\n";
   if (example_key.empty()) example_key = "KEY";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
@@ -142,7 +147,11 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
                                                    const std::shared_ptr<actors::loader>& loader, std::uint64_t origin,
                                                    const serve_options& opts) {
   actors::meter_deps md;
-  md.wal_prefix = store_path + ".usage";
+  // The usage log lives on local disk: where configured, beside a store file, or under
+  // ~/.kiln for a server.
+  md.wal_prefix = !cfg->usage_log.empty()                ? config::expand_home(cfg->usage_log)
+                  : config::is_postgres_uri(store_path) ? config::expand_home("~/.kiln/" + cfg->cluster.node + ".usage")
+                                                        : store_path + ".usage";
   md.folded_seq = store->folded_seq();
   md.unix_at_start =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -200,7 +209,15 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
-  auto cfg = std::make_shared<const config::kiln_config>(cfg_in);
+  // The admin key: the configured one, or one drawn now (printed in the banner); pulls from an
+  // artifact endpoint use it unless [artifacts] names another.
+  const std::string admin_key =
+      cfg_in.admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg_in.admin_key;
+  auto cfg = [&] {
+    auto c = std::make_shared<config::kiln_config>(cfg_in);
+    if (c->artifacts.key.empty()) c->artifacts.key = admin_key;
+    return std::shared_ptr<const config::kiln_config>(std::move(c));
+  }();
   // A front-only node holds no store, pools or admission: its requests go to the regions.
   const bool region_node = cfg->cluster.has(config::node_role::router);
   const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
@@ -254,7 +271,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   deps.gauges = gauges;
   deps.ids = ids;
   deps.tenants = tenants;
-  deps.admin_key = cfg->admin_key.empty() ? "kiln-admin-" + actors::request_ids().next().str().substr(0, 16) : cfg->admin_key;
+  deps.admin_key = admin_key;
   // A gate is seconds of work (the simulator's capacity scenario for sim pools, a short load
   // test on one engine for cpu and cuda): on the loader's threads.
   deps.gate = [loader](config::pool_config pool, net::server_deps::gate_done done) {
@@ -272,6 +289,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
                                  " requests/s on one replica (p95 TTFT <= 1 s, streams >= 30 tokens/s)"});
     });
   };
+  deps.background = [loader](std::function<void()> work) { loader->run(std::move(work)); };
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   };

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/http_call.hpp"
+#include "config/artifact_pull.hpp"
 #include "config/model_hash.hpp"
 
 namespace kiln::cluster {
@@ -25,8 +26,10 @@ constexpr const char* kOpsUsage =
     "                                         a team's limits; with MODEL and TPM, set one\n"
     "  teams TEAM...                          each team's limits\n"
     "  versions MODEL                         registered versions with their hashes and status\n"
-    "  register MODEL VERSION DIR [--template FILE] [--precision P] [--replicas N]\n"
-    "                                         hash DIR's files here and register them as MODEL@VERSION\n"
+    "  register MODEL VERSION DIR|URL [--template FILE] [--precision P] [--replicas N]\n"
+    "                                         hash DIR's files here (or take URL's listing: an artifact\n"
+    "                                         endpoint, http://HOST:PORT/artifacts/SET) and register them\n"
+    "                                         as MODEL@VERSION\n"
     "  gate MODEL VERSION                     load-test a version (the simulator's capacity scenario,\n"
     "                                         or one real engine for cpu/cuda) and store its capacity\n"
     "  rollout MODEL VERSION canary|shadow PERCENT\n"
@@ -224,18 +227,33 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   if (cmd == "register") {
     if (int rc = need(4, a, err)) return rc;
-    auto dir = config::local_dir_of(a[3]);
-    if (dir.index() == 1) {
-      err << "kiln ops: " << std::get<1>(dir) << "\n";
-      return 1;
+    // Hashed here from the files, or from an artifact endpoint's listing (the node that
+    // registers pulls the files and checks them against these hashes).
+    std::string uri = a[3];
+    std::variant<config::model_hashes, std::string> h = std::string();
+    if (config::is_http_uri(uri)) {
+      auto listed = config::list_artifacts(uri, c.key);
+      if (auto* e = std::get_if<std::string>(&listed)) h = *e;
+      else {
+        std::vector<config::file_hash> files;
+        for (const auto& f : std::get<std::vector<config::artifact_file>>(listed)) files.push_back({f.name, f.sha256});
+        h = config::hashes_of(std::move(files), uri);
+      }
+    } else {
+      auto dir = config::local_dir_of(uri);
+      if (dir.index() == 1) {
+        err << "kiln ops: " << std::get<1>(dir) << "\n";
+        return 1;
+      }
+      uri = std::get<0>(dir);
+      h = config::hash_model_dir(uri);
     }
-    auto h = config::hash_model_dir(std::get<0>(dir));
     if (h.index() == 1) {
       err << "kiln ops: " << std::get<1>(h) << "\n";
       return 1;
     }
     json body = {{"version", a[2]},
-                 {"weights_uri", std::get<0>(dir)},
+                 {"weights_uri", uri},
                  {"weights_hash", std::get<0>(h).weights_hash},
                  {"tokenizer_hash", std::get<0>(h).tokenizer_hash},
                  {"precision", precision}};

@@ -34,3 +34,10 @@ endif()
 find_package(SQLite3 REQUIRED)
 find_package(msgpack 4 CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+
+# libpq (libpq-dev): the PostgreSQL store for nodes that share one.
+find_path(PQ_INCLUDE_DIR libpq-fe.h PATH_SUFFIXES postgresql REQUIRED)
+find_library(PQ_LIBRARY pq REQUIRED)
+add_library(kiln_pq INTERFACE)
+target_include_directories(kiln_pq INTERFACE ${PQ_INCLUDE_DIR})
+target_link_libraries(kiln_pq INTERFACE ${PQ_LIBRARY})

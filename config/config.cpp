@@ -350,9 +350,18 @@ kiln_config read_root(const toml::table& root) {
   r.text("region", c.region);
   r.text("admin_key", c.admin_key);
   r.text("store_path", c.store_path);
+  r.text("usage_log", c.usage_log);
   if (const auto* s = r.table("server")) c.server = read_server(*s);
   if (const auto* s = r.table("rollout")) c.rollout = read_rollout(*s);
   if (const auto* s = r.table("cluster")) c.cluster = read_cluster(*s);
+  if (const auto* s = r.table("artifacts")) {
+    reader ar(*s, "artifacts");
+    ar.text("dir", c.artifacts.dir);
+    ar.text("cache_dir", c.artifacts.cache_dir);
+    ar.text("key", c.artifacts.key);
+    ar.no_unknown_keys();
+    if (c.artifacts.cache_dir.empty()) throw bad_config("artifacts.cache_dir must not be empty");
+  }
   each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
     team_config team;
     reader tr(t, path);
@@ -446,12 +455,13 @@ int pool_config::engine_kv_blocks() const {
 }
 
 namespace {
+}  // namespace
+
 std::string expand_home(const std::string& path) {
   if (path.rfind("~/", 0) != 0) return path;
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + path.substr(1);
 }
-}  // namespace
 
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
 

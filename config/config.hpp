@@ -130,6 +130,10 @@ struct pool_config {
   double fault_fraction = 0;
   /// A registered version's files with their SHA-256, checked before it loads (none: no check).
   std::vector<file_hash> registered_files;
+  /// A registered version whose weights_uri is http://: its files are pulled from there into
+  /// model_dir (and verified against registered_files) before the pool loads.
+  std::string weights_url;
+  std::string weights_key;  ///< the bearer key for that pull
   std::string chat_template;  ///< a registered version's template ("": the model directory's)
   engine::model_shape shape;
   engine::gpu_assumptions gpu;
@@ -190,6 +194,13 @@ struct cluster_config {
   bool clustered() const { return listen.port != 0; }
 };
 
+/// Model files served to other nodes and pulled from them (`[artifacts]`).
+struct artifacts_config {
+  std::string dir;                            ///< served as /artifacts/{set}/{file} (admin key); "": none
+  std::string cache_dir = "~/.kiln/weights";  ///< where http:// weights are pulled to ("~/" is $HOME)
+  std::string key;                            ///< the bearer key for pulls; "": this node's admin_key
+};
+
 /// A model's alias: `"model":"chat-7b"` means its live version.
 struct model_config {
   std::string name;
@@ -199,10 +210,14 @@ struct model_config {
 struct kiln_config {
   std::string region = "local";
   std::string admin_key;  ///< for /admin routes; empty: a random one is drawn at start
-  std::string store_path = "~/.kiln/kiln.db";  ///< the control-plane store ("~/" is $HOME)
+  std::string store_path = "~/.kiln/kiln.db";  ///< the control-plane store ("~/" is $HOME), or postgresql://...
+  /// The usage log's path prefix (local disk; "": beside a store file, ~/.kiln/<node>.usage
+  /// for a PostgreSQL store).
+  std::string usage_log;
   server_config server;
   rollout_config rollout;
   cluster_config cluster;
+  artifacts_config artifacts;
   std::vector<team_config> teams;
   std::vector<model_config> models;  ///< every model served, with its live version
   std::vector<pool_config> pools;    ///< one per model@version
@@ -222,6 +237,9 @@ struct kiln_config {
 struct config_error {
   std::string message;
 };
+
+/// A path with a leading "~/" as under $HOME (other paths as they are).
+std::string expand_home(const std::string& path);
 
 /// A request's model: "model@version" as {model, version}; a plain name as {name, ""} (the
 /// version is then its route's or its configured live one).

@@ -7,6 +7,13 @@ std::string_view embedded_default_config() {
 region = "local"
 admin_key = "kiln-admin-local"  # for /admin routes (pool state, drain, chaos)
 store_path = "~/.kiln/kiln.db"  # teams, keys (hashed), limits, usage; seeded from this file once
+                                # (postgresql://user@host/db: one store for several nodes)
+# usage_log = ""                # the usage log's prefix; "": beside the store file
+
+# [artifacts]                    # model files for other nodes, and where this node pulls them to
+# dir = "/srv/kiln/artifacts"    # served as GET /artifacts/{set}[/{file}] (admin key); none by default
+# cache_dir = "~/.kiln/weights"  # versions whose weights_uri is http://HOST:PORT/artifacts/{set}
+# key = ""                       # the bearer key for pulls; "": this node's admin_key
 
 [server]
 host = "127.0.0.1"

@@ -60,7 +60,7 @@ std::variant<std::string, std::string> local_dir_of(const std::string& uri) {
     path = path.substr(7);
     if (!path.starts_with("/")) return result(std::in_place_index<1>, "'" + uri + "' must be file:///absolute/path");
   } else if (path.find("://") != std::string::npos) {
-    return result(std::in_place_index<1>, "'" + uri + "': only local model directories (file:// or a path) are supported");
+    return result(std::in_place_index<1>, "'" + uri + "': only local model directories (file:// or a path) and http:// artifact endpoints are supported");
   }
   if (path.empty()) return result(std::in_place_index<1>, "the weights URI is empty");
   if (path.starts_with("~/"))
@@ -68,32 +68,41 @@ std::variant<std::string, std::string> local_dir_of(const std::string& uri) {
   return result(std::in_place_index<0>, path);
 }
 
+bool is_hashed_file(const std::string& name) { return hashed_file(name); }
+
+std::variant<model_hashes, std::string> hashes_of(std::vector<file_hash> files, const std::string& where) {
+  std::sort(files.begin(), files.end(), [](const file_hash& a, const file_hash& b) { return a.file < b.file; });
+  model_hashes h;
+  std::string manifest;
+  bool weights = false;
+  for (auto& f : files) {
+    if (!hashed_file(f.file)) continue;
+    if (hashed_weights_file(f.file)) {
+      manifest += f.file + " " + f.sha256 + "\n";
+      weights = weights || f.file.ends_with(".safetensors");
+    }
+    if (f.file == "tokenizer.json") h.tokenizer_hash = f.sha256;
+    h.files.push_back(std::move(f));
+  }
+  if (!weights) return where + ": no *.safetensors weights";
+  h.weights_hash = sha256_hex(manifest);
+  return h;
+}
+
 std::variant<model_hashes, std::string> hash_model_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return dir + ": not a directory";
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && hashed_file(e.path().filename().string())) names.push_back(e.path().filename().string());
-  if (ec) return dir + ": " + ec.message();
-  std::sort(names.begin(), names.end());
-  model_hashes h;
-  std::string manifest;
-  bool weights = false;
-  for (const auto& name : names) {
+  std::vector<file_hash> files;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !hashed_file(name)) continue;
     auto sum = sha256_file(dir + "/" + name);
     if (sum.index() == 1) return std::get<1>(sum);
-    const std::string& hex_sum = std::get<0>(sum);
-    h.files.push_back({name, hex_sum});
-    if (hashed_weights_file(name)) {
-      manifest += name + " " + hex_sum + "\n";
-      weights = weights || name.ends_with(".safetensors");
-    }
-    if (name == "tokenizer.json") h.tokenizer_hash = hex_sum;
+    files.push_back({name, std::get<0>(sum)});
   }
-  if (!weights) return dir + ": no *.safetensors weights";
-  h.weights_hash = sha256_hex(manifest);
-  return h;
+  if (ec) return dir + ": " + ec.message();
+  return hashes_of(std::move(files), dir);
 }
 
 std::string verify_model_dir(const std::string& dir, const std::vector<file_hash>& recorded) {

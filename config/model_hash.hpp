@@ -27,8 +27,13 @@ std::string sha256_hex(std::string_view bytes);
 /// SHA-256 of a file's contents, or an error naming the file.
 std::variant<std::string, std::string> sha256_file(const std::string& path);
 /// A weights URI as a local directory: "file:///abs/dir" or a path ("~/" is $HOME); an error
-/// for any other scheme.
+/// for any other scheme (http:// weights are pulled: config/artifact_pull.hpp).
 std::variant<std::string, std::string> local_dir_of(const std::string& uri);
+/// Whether a file of a model directory is hashed (config.json, *.safetensors, tokenizer files).
+bool is_hashed_file(const std::string& name);
+/// The hashes of a model directory from its files' SHA-256 (others are ignored), as
+/// hash_model_dir computes them; an error naming `where` when there are no weights.
+std::variant<model_hashes, std::string> hashes_of(std::vector<file_hash> files, const std::string& where);
 /// Hashes a model directory; an error when it is missing or holds no weights.
 std::variant<model_hashes, std::string> hash_model_dir(const std::string& dir);
 /// "" when every recorded file still has its hash; otherwise which file differs or is gone.

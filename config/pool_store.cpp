@@ -1,6 +1,6 @@
 // The store's `pools` table: each pool's replica bounds and warm replicas per region, set by
 // operators (PUT .../pool) and read by the pool's autoscaler.
-#include "config/sqlite_statement.hpp"
+#include "config/db.hpp"
 #include "config/store.hpp"
 
 namespace kiln::config {
@@ -34,7 +34,7 @@ std::string check_pool_limits(const pool_limits& l) {
 
 std::optional<std::string> store::put_pool_limits(const pool_limits& l) {
   if (auto why = check_pool_limits(l); !why.empty()) return why;
-  statement st(db_,
+  statement st(*db_,
                "INSERT INTO pools(model, version, region, min_replicas, max_replicas, warm_replicas) VALUES(?,?,?,?,?,?) "
                "ON CONFLICT(model, version, region) DO UPDATE SET min_replicas=excluded.min_replicas, "
                "max_replicas=excluded.max_replicas, warm_replicas=excluded.warm_replicas");
@@ -47,7 +47,7 @@ std::optional<std::string> store::put_pool_limits(const pool_limits& l) {
 
 std::optional<pool_limits> store::pool_limits_of(const std::string& model, const std::string& version,
                                                  const std::string& region) {
-  statement st(db_,
+  statement st(*db_,
                "SELECT model, version, region, min_replicas, max_replicas, warm_replicas FROM pools "
                "WHERE model=? AND version=? AND region=?");
   st.bind(1, model).bind(2, version).bind(3, region);
@@ -57,7 +57,7 @@ std::optional<pool_limits> store::pool_limits_of(const std::string& model, const
 
 std::vector<pool_limits> store::all_pool_limits() {
   std::vector<pool_limits> out;
-  statement st(db_,
+  statement st(*db_,
                "SELECT model, version, region, min_replicas, max_replicas, warm_replicas FROM pools "
                "ORDER BY model, version, region");
   while (st.row()) out.push_back(row_of(st));

@@ -62,7 +62,9 @@ bool valid_precision(const std::string& p);
 
 /// A registered version's pool: `base` (the model's live pool) with the version's name,
 /// directory, files, chat template and replicas (engine_config's "replicas", else base's).
-pool_config version_pool(const pool_config& base, const model_version& v);
+/// An http:// version's directory is its pulled copy under `pulls` (pulled again before the
+/// pool loads if it is gone or altered).
+pool_config version_pool(const pool_config& base, const model_version& v, const artifacts_config& pulls = {});
 
 /// A pool's bounds in one region (the `pools` table): what its autoscaler keeps it between,
 /// and how many loaded replicas it holds back from routing for a fast scale-up.

@@ -5,7 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/sqlite_statement.hpp"
+#include "config/artifact_pull.hpp"
+#include "config/db.hpp"
 #include "config/store.hpp"
 
 namespace kiln::config {
@@ -41,10 +42,15 @@ model_version version_of(statement& st) {
 
 }  // namespace
 
-pool_config version_pool(const pool_config& base, const model_version& v) {
+pool_config version_pool(const pool_config& base, const model_version& v, const artifacts_config& pulls) {
   pool_config c = base;
   c.version = v.version;
-  if (!v.weights_uri.empty()) {
+  if (is_http_uri(v.weights_uri)) {
+    c.model_dir = pulled_dir({pulls.cache_dir, pulls.key}, v.model, v.version);
+    c.weights_url = v.weights_uri;
+    c.weights_key = pulls.key;
+    c.make_if_absent.clear();
+  } else if (!v.weights_uri.empty()) {
     auto dir = local_dir_of(v.weights_uri);
     if (dir.index() == 0) c.model_dir = std::get<0>(dir);
     c.make_if_absent.clear();
@@ -66,11 +72,11 @@ bool model_version::same_content(const model_version& o) const {
 }
 
 std::optional<model_version> store::version(const std::string& model, const std::string& ver) {
-  statement st(db_, (std::string("SELECT ") + kVersionColumns + " FROM model_versions WHERE model=? AND version=?").c_str());
+  statement st(*db_, (std::string("SELECT ") + kVersionColumns + " FROM model_versions WHERE model=? AND version=?").c_str());
   st.bind(1, model).bind(2, ver);
   if (!st.row()) return std::nullopt;
   model_version v = version_of(st);
-  statement files(db_, "SELECT file, sha256 FROM version_files WHERE model=? AND version=? ORDER BY file");
+  statement files(*db_, "SELECT file, sha256 FROM version_files WHERE model=? AND version=? ORDER BY file");
   files.bind(1, model).bind(2, ver);
   while (files.row()) v.files.push_back({files.text(0), files.text(1)});
   return v;
@@ -79,7 +85,7 @@ std::optional<model_version> store::version(const std::string& model, const std:
 std::vector<model_version> store::versions(const std::string& model) {
   std::vector<std::string> names;
   {
-    statement st(db_, "SELECT version FROM model_versions WHERE model=? ORDER BY registered_at, version");
+    statement st(*db_, "SELECT version FROM model_versions WHERE model=? ORDER BY registered_at, version");
     st.bind(1, model);
     while (st.row()) names.push_back(st.text(0));
   }
@@ -105,7 +111,7 @@ store::registered store::register_version(const model_version& v) {
   nv.status = "registered";
   nv.registered_at = now_s();
   nv.load_test_tokens_per_s = nv.load_test_tokens_in_flight = 0;
-  statement ins(db_, (std::string("INSERT INTO model_versions(") + kVersionColumns +
+  statement ins(*db_, (std::string("INSERT INTO model_versions(") + kVersionColumns +
                       ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)").c_str());
   ins.bind(1, nv.model).bind(2, nv.version).bind(3, nv.weights_uri).bind(4, nv.weights_hash).bind(5, nv.tokenizer_hash);
   ins.bind(6, nv.chat_template).bind(7, nv.chat_template_hash).bind(8, nv.precision);
@@ -114,7 +120,7 @@ store::registered store::register_version(const model_version& v) {
   std::optional<std::string> e = ins.run();
   for (const auto& f : nv.files) {
     if (e) break;
-    statement fi(db_, "INSERT INTO version_files(model, version, file, sha256) VALUES(?,?,?,?)");
+    statement fi(*db_, "INSERT INTO version_files(model, version, file, sha256) VALUES(?,?,?,?)");
     fi.bind(1, nv.model).bind(2, nv.version).bind(3, f.file).bind(4, f.sha256);
     e = fi.run();
   }
@@ -131,14 +137,14 @@ store::registered store::register_version(const model_version& v) {
 
 std::optional<std::string> store::set_version_status(const std::string& model, const std::string& ver,
                                                      const std::string& status) {
-  statement st(db_, "UPDATE model_versions SET status=? WHERE model=? AND version=?");
+  statement st(*db_, "UPDATE model_versions SET status=? WHERE model=? AND version=?");
   st.bind(1, status).bind(2, model).bind(3, ver);
   return st.run();
 }
 
 std::optional<std::string> store::set_load_test(const std::string& model, const std::string& ver, double tokens_per_s,
                                                 double tokens_in_flight) {
-  statement st(db_,
+  statement st(*db_,
                "UPDATE model_versions SET load_test_tokens_per_s=?, load_test_tokens_in_flight=?, "
                "status=CASE WHEN status='registered' THEN 'gated' ELSE status END WHERE model=? AND version=?");
   st.bind(1, tokens_per_s).bind(2, tokens_in_flight).bind(3, model).bind(4, ver);
@@ -147,7 +153,7 @@ std::optional<std::string> store::set_load_test(const std::string& model, const 
 
 std::vector<model_route> store::routes() {
   std::vector<model_route> out;
-  statement st(db_,
+  statement st(*db_,
                "SELECT model, live_version, canary_version, canary_percent, shadow_version, shadow_percent, "
                "previous_version, previous_until FROM models ORDER BY model");
   while (st.row()) {
@@ -167,7 +173,7 @@ std::vector<model_route> store::routes() {
 
 std::optional<std::string> store::put_route(model_route r, double keep_previous_s) {
   if (keep_previous_s > 0) r.previous_until = now_s() + static_cast<std::int64_t>(keep_previous_s);
-  statement st(db_,
+  statement st(*db_,
                "INSERT INTO models(model, live_version, canary_version, canary_percent, shadow_version, shadow_percent, "
                "previous_version, previous_until) VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(model) DO UPDATE SET "
                "live_version=excluded.live_version, canary_version=excluded.canary_version, "
@@ -180,18 +186,17 @@ std::optional<std::string> store::put_route(model_route r, double keep_previous_
 }
 
 std::int64_t store::add_rollout(const rollout_row& row) {
-  statement st(db_,
+  statement st(*db_,
                "INSERT INTO rollouts(model, version, stage, percent, started_at, guard_metrics, decision, reason) "
-               "VALUES(?,?,?,?,?,?,?,?)");
+               "VALUES(?,?,?,?,?,?,?,?) RETURNING seq");
   st.bind(1, row.model).bind(2, row.version).bind(3, row.stage).bind(4, row.percent);
   st.bind(5, row.at ? row.at : now_s()).bind(6, row.guard_metrics).bind(7, row.decision).bind(8, row.reason);
-  if (st.run()) return 0;
-  return sqlite3_last_insert_rowid(db_);
+  return st.row() ? st.integer(0) : 0;
 }
 
 std::vector<rollout_row> store::rollouts(const std::string& model) {
   std::vector<rollout_row> out;
-  statement st(db_,
+  statement st(*db_,
                "SELECT seq, model, version, stage, percent, started_at, decision, reason, guard_metrics FROM rollouts "
                "WHERE model=? ORDER BY seq");
   st.bind(1, model);

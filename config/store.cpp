@@ -1,8 +1,7 @@
 #include "config/store.hpp"
-#include "config/sqlite_statement.hpp"
+#include "config/db.hpp"
 
 #include <openssl/evp.h>
-#include <sqlite3.h>
 
 #include <chrono>
 #include <cstdio>
@@ -65,7 +64,15 @@ constexpr const char* kSchemaV4 = R"sql(
 ALTER TABLE pools ADD COLUMN warm_replicas INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+// Version 5: one usage watermark per ledger (each node that meters into a shared store has
+// its own record sequence); the single node's watermark becomes ledger ''.
+constexpr const char* kSchemaV5 = R"sql(
+CREATE TABLE meter_ledgers(ledger TEXT PRIMARY KEY, folded_seq INTEGER NOT NULL);
+INSERT INTO meter_ledgers(ledger, folded_seq) SELECT '', folded_seq FROM meter_state;
+DROP TABLE meter_state;
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -117,46 +124,46 @@ void tenancy::index() {
       if (teams[i].name == k.team) by_hash_[k.hash] = i;
 }
 
-store::~store() { sqlite3_close(db_); }
+store::store(std::unique_ptr<db> d, std::string path, std::string ledger)
+    : db_(std::move(d)), path_(std::move(path)), ledger_(std::move(ledger)) {}
 
-std::variant<std::unique_ptr<store>, std::string> store::open(const std::string& path) {
-  std::error_code ec;
-  const auto dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
-    std::string why = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return "cannot open store " + path + ": " + why;
-  }
-  std::unique_ptr<store> s(new store(db, path));
-  sqlite3_busy_timeout(db, 5000);
-  if (auto e = s->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"))
-    return "store " + path + ": " + *e;
-  if (auto e = s->migrate()) return "store " + path + ": " + *e;
+store::~store() = default;
+
+std::variant<std::unique_ptr<store>, std::string> store::open(const std::string& path, const std::string& ledger) {
+  auto opened = is_postgres_uri(path) ? open_postgres(path) : open_sqlite(path);
+  if (auto* e = std::get_if<std::string>(&opened)) return *e;
+  std::unique_ptr<store> s(new store(std::move(std::get<std::unique_ptr<db>>(opened)), path, ledger));
+  if (auto e = s->db_->lock_migrations()) return "store " + redacted_store_path(path) + ": " + *e;
+  auto e = s->migrate();
+  s->db_->unlock_migrations();
+  if (e) return "store " + redacted_store_path(path) + ": " + *e;
   return s;
 }
 
-std::optional<std::string> store::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) == SQLITE_OK) return std::nullopt;
-  std::string why = err ? err : "unknown error";
-  sqlite3_free(err);
-  return why;
+std::string redacted_store_path(const std::string& path) {
+  if (!is_postgres_uri(path)) return path;
+  // postgresql://user:secret@host/db -> postgresql://user@host/db; no password leaves.
+  const auto scheme = path.find("://") + 3;
+  const auto at = path.find('@', scheme);
+  if (at == std::string::npos) return path.substr(0, path.find('?'));
+  const auto colon = path.find(':', scheme);
+  std::string out = colon != std::string::npos && colon < at ? path.substr(0, colon) + path.substr(at) : path;
+  return out.substr(0, out.find('?'));
 }
 
-int store::schema_version() {
-  statement st(db_, "PRAGMA user_version");
-  return st.row() ? static_cast<int>(st.integer(0)) : -1;
-}
+bool store::shared() const { return db_->kind() == db_kind::postgres; }
+
+std::optional<std::string> store::exec(const char* sql) { return db_->exec(sql); }
+
+int store::schema_version() { return db_->schema_version(); }
 
 std::optional<std::string> store::migrate() {
   const int have = schema_version();
+  if (have < 0) return std::string("cannot read the schema version");
   if (have > kSchemaVersion)
     return "schema version " + std::to_string(have) + " is newer than this kiln (" + std::to_string(kSchemaVersion) + ")";
   for (int v = have + 1; v <= kSchemaVersion; ++v) {
-    const std::string sql = std::string("BEGIN;") + kMigrations[v - 1] + "PRAGMA user_version=" + std::to_string(v) + ";COMMIT;";
+    const std::string sql = std::string("BEGIN;") + kMigrations[v - 1] + db_->schema_version_sql(v) + "COMMIT;";
     if (auto e = exec(sql.c_str())) {
       exec("ROLLBACK;");
       return "migration to version " + std::to_string(v) + " failed: " + *e;
@@ -166,7 +173,7 @@ std::optional<std::string> store::migrate() {
 }
 
 bool store::empty() {
-  statement st(db_, "SELECT COUNT(*) FROM teams");
+  statement st(*db_, "SELECT COUNT(*) FROM teams");
   return !st.row() || st.integer(0) == 0;
 }
 
@@ -190,14 +197,14 @@ std::optional<std::string> store::seed(const kiln_config& cfg) {
 
 tenancy store::load_tenancy() {
   tenancy out;
-  statement teams(db_, "SELECT team, max_priority FROM teams ORDER BY rowid");
+  statement teams(*db_, "SELECT team, max_priority FROM teams ORDER BY rowid");
   while (teams.row()) {
     team_config t;
     t.name = teams.text(0);
     t.max_priority = engine::parse_priority(teams.text(1)).value_or(engine::priority::interactive);
     out.teams.push_back(std::move(t));
   }
-  statement limits(db_,
+  statement limits(*db_,
                    "SELECT team, model, tokens_per_minute, burst, max_concurrency, guaranteed_share FROM team_limits");
   while (limits.row()) {
     for (auto& t : out.teams) {
@@ -206,14 +213,14 @@ tenancy store::load_tenancy() {
                           limits.real(5)});
     }
   }
-  statement keys(db_, "SELECT key_id, team, key_hash FROM api_keys WHERE revoked_at IS NULL");
+  statement keys(*db_, "SELECT key_id, team, key_hash FROM api_keys WHERE revoked_at IS NULL");
   while (keys.row()) out.keys.push_back({keys.text(0), keys.text(1), keys.text(2)});
   out.index();
   return out;
 }
 
 std::optional<std::string> store::add_team(const std::string& team, const std::string& name, engine::priority max_priority) {
-  return statement(db_, "INSERT INTO teams(team, name, max_priority) VALUES(?, ?, ?)")
+  return statement(*db_, "INSERT INTO teams(team, name, max_priority) VALUES(?, ?, ?)")
       .bind(1, team)
       .bind(2, name)
       .bind(3, std::string(engine::to_string(max_priority)))
@@ -223,7 +230,7 @@ std::optional<std::string> store::add_team(const std::string& team, const std::s
 std::variant<std::string, std::string> store::add_key(const std::string& team, const std::string& key) {
   const std::string hash = key_hash(key);
   const std::string id = "key_" + hash.substr(0, 12);  // names the key without revealing it
-  if (auto e = statement(db_, "INSERT INTO api_keys(key_id, team, key_hash, created_at) VALUES(?, ?, ?, ?)")
+  if (auto e = statement(*db_, "INSERT INTO api_keys(key_id, team, key_hash, created_at) VALUES(?, ?, ?, ?)")
                    .bind(1, id)
                    .bind(2, team)
                    .bind(3, hash)
@@ -234,13 +241,13 @@ std::variant<std::string, std::string> store::add_key(const std::string& team, c
 }
 
 bool store::revoke_key(const std::string& team, const std::string& key_id) {
-  statement st(db_, "UPDATE api_keys SET revoked_at = ? WHERE team = ? AND key_id = ? AND revoked_at IS NULL");
+  statement st(*db_, "UPDATE api_keys SET revoked_at = ? WHERE team = ? AND key_id = ? AND revoked_at IS NULL");
   st.bind(1, unix_now()).bind(2, team).bind(3, key_id);
-  return !st.run() && sqlite3_changes(db_) == 1;
+  return !st.run() && db_->changes() == 1;
 }
 
 std::optional<std::string> store::put_limit(const std::string& team, const team_limit& l) {
-  return statement(db_,
+  return statement(*db_,
                    "INSERT INTO team_limits(team, model, tokens_per_minute, burst, max_concurrency, guaranteed_share) "
                    "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(team, model) DO UPDATE SET "
                    "tokens_per_minute = excluded.tokens_per_minute, burst = excluded.burst, "
@@ -255,29 +262,33 @@ std::optional<std::string> store::put_limit(const std::string& team, const team_
 }
 
 std::uint64_t store::folded_seq() {
-  statement st(db_, "SELECT folded_seq FROM meter_state WHERE id = 1");
+  statement st(*db_, "SELECT folded_seq FROM meter_ledgers WHERE ledger = ?");
+  st.bind(1, ledger_);
   return st.row() ? static_cast<std::uint64_t>(st.integer(0)) : 0;
 }
 
 std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq) {
   if (auto e = exec("BEGIN;")) return e;
   if (through_seq > 0) {
-    if (auto e = statement(db_, "UPDATE meter_state SET folded_seq = max(folded_seq, ?) WHERE id = 1")
-                     .bind(1, static_cast<std::int64_t>(through_seq))
+    if (auto e = statement(*db_,
+                           "INSERT INTO meter_ledgers(ledger, folded_seq) VALUES(?, ?) ON CONFLICT(ledger) DO UPDATE SET "
+                           "folded_seq = max(meter_ledgers.folded_seq, excluded.folded_seq)")
+                     .bind(1, ledger_)
+                     .bind(2, static_cast<std::int64_t>(through_seq))
                      .run()) {
       exec("ROLLBACK;");
       return e;
     }
   }
   for (const auto& r : rows) {
-    auto e = statement(db_,
+    auto e = statement(*db_,
                        "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
                        "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
                        "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
-                       "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-                       "cached_tokens = cached_tokens + excluded.cached_tokens, "
-                       "output_tokens = output_tokens + excluded.output_tokens, "
-                       "requests = requests + excluded.requests, shed = shed + excluded.shed")
+                       "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
+                       "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
+                       "output_tokens = usage.output_tokens + excluded.output_tokens, "
+                       "requests = usage.requests + excluded.requests, shed = usage.shed + excluded.shed")
                  .bind(1, r.team)
                  .bind(2, r.model)
                  .bind(3, r.version)
@@ -298,7 +309,7 @@ std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, 
 
 std::vector<usage_row> store::usage(const std::string& team, const std::string& model, std::int64_t from_minute,
                                     std::int64_t to_minute) {
-  statement st(db_,
+  statement st(*db_,
                "SELECT team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, requests, shed "
                "FROM usage WHERE team = ? AND (? = '' OR model = ?) AND minute BETWEEN ? AND ? "
                "ORDER BY minute, model, version");

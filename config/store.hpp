@@ -1,7 +1,8 @@
 #pragma once
-// The control-plane store: one SQLite file (WAL mode) with seed 000's schema (models,
-// model_versions, pools, replicas, teams, team_limits, usage, rollouts) and api_keys, which
-// holds SHA-256 hashes of keys, never keys. Versioned migrations (PRAGMA user_version).
+// The control-plane store: one SQLite file (WAL mode), or a PostgreSQL server that several
+// nodes share (store_path postgresql://...), with seed 000's schema (models, model_versions,
+// pools, replicas, teams, team_limits, usage, rollouts) and api_keys, which holds SHA-256
+// hashes of keys, never keys. The same versioned migrations on both (config/db.hpp).
 // Blocking: kiln opens it before its actors start, and afterwards only the store writer's own
 // thread touches it.
 #include <cstdint>
@@ -17,9 +18,9 @@
 #include "config/config.hpp"
 #include "config/registry.hpp"
 
-struct sqlite3;
-
 namespace kiln::config {
+
+class db;
 
 /// SHA-256 of an API key, as 64 hex digits.
 std::string key_hash(std::string_view key);
@@ -85,11 +86,15 @@ class store {
   store(const store&) = delete;
   store& operator=(const store&) = delete;
 
-  /// Opens the file (creating it and its directory), migrates it to the current schema.
-  static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path);
-  static constexpr int kSchemaVersion = 4;
+  /// Opens the file (creating it and its directory) or connects to the PostgreSQL server a
+  /// postgres:// or postgresql:// path names, and migrates it to the current schema. `ledger`
+  /// names this node's usage watermark in a store nodes share ("": a single node's).
+  static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path, const std::string& ledger = "");
+  static constexpr int kSchemaVersion = 5;
   int schema_version();
   const std::string& path() const { return path_; }
+  /// Whether other nodes may share it (PostgreSQL).
+  bool shared() const;
 
   /// Whether the store has no team yet (a new store, to be seeded from config).
   bool empty();
@@ -138,11 +143,15 @@ class store {
   std::vector<pool_limits> all_pool_limits();
 
  private:
-  explicit store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  store(std::unique_ptr<db> d, std::string path, std::string ledger);
   std::optional<std::string> exec(const char* sql);
   std::optional<std::string> migrate();
-  sqlite3* db_;
+  std::unique_ptr<db> db_;
   std::string path_;
+  std::string ledger_;
 };
+
+/// A store path fit to print: a PostgreSQL URI without its password or options.
+std::string redacted_store_path(const std::string& path);
 
 }  // namespace kiln::config

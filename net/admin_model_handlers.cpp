@@ -12,6 +12,7 @@
 #include "actors/node_supervisor.hpp"
 #include "actors/registry_calls.hpp"
 #include "actors/rollout.hpp"
+#include "config/artifact_pull.hpp"
 #include "net/admin_reply.hpp"
 
 namespace kiln::net {
@@ -108,11 +109,26 @@ void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::
       return answer_bad_request(ex, "'engine_config.replicas' must be a whole number from 1 to 1024.", "engine_config");
     v.engine_config = e.dump();
   }
-  actors::ask<actors::version_registered>(*f.deps.sys, store_of(f), actors::register_version_call{v}, kAskTimeout,
-                                          [&f, ex](caf::expected<actors::version_registered> r) {
-                                            if (!r) return answer_failure(f, ex, r.error(), "store");
-                                            answer_json(ex, r->created ? 201 : 200, version_json(r->version));
-                                          });
+  auto store = [&f, ex](config::model_version v, std::string files_dir) {
+    actors::ask<actors::version_registered>(*f.deps.sys, store_of(f), actors::register_version_call{std::move(v), std::move(files_dir)},
+                                            kAskTimeout, [&f, ex](caf::expected<actors::version_registered> r) {
+                                              if (!r) return answer_failure(f, ex, r.error(), "store");
+                                              answer_json(ex, r->created ? 201 : 200, version_json(r->version));
+                                            });
+  };
+  if (!config::is_http_uri(v.weights_uri)) return store(std::move(v), "");
+  // Weights on an artifact endpoint: pulled here first (off the I/O and actor threads) and
+  // verified as they arrive; the store then hashes the pulled copy as it would a local one.
+  if (!f.deps.background)
+    return answer_error(ex, {503, "server_error", "This node cannot pull weights.", "weights_uri", "unavailable"});
+  const auto& pulls = f.deps.cfg->artifacts;
+  const std::string dir = config::pulled_dir({pulls.cache_dir, pulls.key}, v.model, v.version);
+  f.deps.background([&f, ex, store, v = std::move(v), dir]() mutable {
+    const std::string why = config::pull_weights(v.weights_uri, dir, f.deps.cfg->artifacts.key, {});
+    if (!why.empty())
+      return answer_error(ex, {400, "invalid_request_error", "weights_uri: " + why, "weights_uri", ""});
+    store(std::move(v), dir);
+  });
 }
 
 void list_versions(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
@@ -191,7 +207,7 @@ void gate(front& f, const std::shared_ptr<exchange>& ex, const std::string& mode
           if (!base && p.model == model) base = &p;
         if (!base)
           return answer_error(ex, to_api_error(actors::errc::unknown_model, "The model '" + model + "' has no pool here.", "", 0));
-        f.deps.gate(config::version_pool(*base, *v), [&f, ex, v = *v](std::variant<config::load_test, std::string> r) {
+        f.deps.gate(config::version_pool(*base, *v, f.deps.cfg->artifacts), [&f, ex, v = *v](std::variant<config::load_test, std::string> r) {
           if (auto* e = std::get_if<std::string>(&r))
             return answer_error(ex, to_api_error(actors::errc::invalid_request, "The gate could not run: " + *e, "", 0));
           const auto lt = std::get<config::load_test>(r);

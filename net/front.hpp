@@ -29,5 +29,6 @@ void add_model_routes(front& f);
 void add_ops_routes(front& f);
 void add_pool_limit_routes(front& f);
 void add_tokenize_routes(front& f);
+void add_artifact_routes(front& f);
 
 }  // namespace kiln::net

@@ -35,6 +35,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     add_ops_routes(front_);
     add_pool_limit_routes(front_);
     add_tokenize_routes(front_);
+    add_artifact_routes(front_);
   }
 
   ~impl() { stop_hub(); }

@@ -35,6 +35,9 @@ struct server_deps {
   /// (null: this node cannot gate).
   using gate_done = std::function<void(std::variant<config::load_test, std::string>)>;
   std::function<void(config::pool_config, gate_done)> gate;
+  /// Runs blocking work (pulling weights, reading artifact files) off the io and actor
+  /// threads (null: this node cannot).
+  std::function<void(std::function<void()>)> background;
 };
 
 class http_server {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/artifact_pull.hpp"
+#include "config/http_get.hpp"
 #include "config/model_hash.hpp"
 #include "config/store.hpp"
 
@@ -44,6 +46,50 @@ model_version version_of(const temp_dir& d, const std::string& ver) {
 }
 
 }  // namespace
+
+TEST_CASE("registry: hashes from a listing equal hashes of the files; artifact names and URLs are checked") {
+  temp_dir d;
+  d.write("model.safetensors", "weights");
+  d.write("config.json", "{}");
+  d.write("tokenizer.json", "tok");
+  const auto local = std::get<0>(hash_model_dir(d.model()));
+  // Given as an endpoint lists them (any order, unhashed files among them).
+  auto listed = hashes_of({{"tokenizer.json", sha256_hex("tok")}, {"README.md", sha256_hex("x")},
+                           {"model.safetensors", sha256_hex("weights")}, {"config.json", sha256_hex("{}")}},
+                          "http://h:1/artifacts/s");
+  REQUIRE(listed.index() == 0);
+  CHECK(std::get<0>(listed).weights_hash == local.weights_hash);
+  CHECK(std::get<0>(listed).tokenizer_hash == local.tokenizer_hash);
+  CHECK(std::get<0>(listed).files.size() == 3);
+  CHECK(std::get<1>(hashes_of({{"config.json", "x"}}, "where")) == "where: no *.safetensors weights");
+
+  for (const char* ok : {"model.safetensors", "tiny-v2", "a_b.c-d", "x"}) CHECK(valid_artifact_name(ok));
+  for (const char* bad : {"", ".", "..", ".hidden", "a/b", "a b", "a%2fb", "caf\xc3\xa9"}) CHECK_FALSE(valid_artifact_name(bad));
+  CHECK(valid_artifact_name(std::string(200, 'a')));
+  CHECK_FALSE(valid_artifact_name(std::string(201, 'a')));
+
+  std::string host, path;
+  int port = 0;
+  REQUIRE(split_http_url("http://10.0.0.5:8180/artifacts/tiny-v2", host, port, path));
+  CHECK(host == "10.0.0.5");
+  CHECK(port == 8180);
+  CHECK(path == "/artifacts/tiny-v2");
+  REQUIRE(split_http_url("http://store", host, port, path));
+  CHECK(port == 80);
+  CHECK(path.empty());
+  CHECK(split_http_url("http://h:65535/", host, port, path));
+  for (const char* bad : {"https://h:1/a", "http://:80/a", "http://h:0/a", "http://h:65536/a", "http://h:x/a", "http://h:/a", "h:1"})
+    CHECK_FALSE(split_http_url(bad, host, port, path));
+  CHECK(is_http_uri("http://h/a"));
+  CHECK_FALSE(is_http_uri("file:///a"));
+  CHECK(pulled_dir({"/var/cache/kiln", ""}, "chat-7b", "v2") == "/var/cache/kiln/chat-7b/v2");
+  // Not an artifact endpoint: a clear reason, nothing fetched.
+  CHECK(pull_weights("http://127.0.0.1:1/", d.model() + "/pulled", "", {}).find("names no artifact set") != std::string::npos);
+  CHECK(pull_weights("ftp://x/y", d.model() + "/pulled", "", {}).find("not an http://") != std::string::npos);
+  CHECK(pull_weights("http://127.0.0.1:1/artifacts/s", d.model() + "/pulled", "", {}).find("cannot connect") != std::string::npos);
+  // A registered copy that is already there and intact is used without asking anyone.
+  CHECK(pull_weights("http://127.0.0.1:1/artifacts/s", d.model(), "", local.files).empty());
+}
 
 TEST_CASE("registry: SHA-256 of known bytes, and of a model directory's files") {
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

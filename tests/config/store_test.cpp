@@ -11,8 +11,10 @@
 #include <sqlite3.h>
 
 #include "config/store.hpp"
+#include "tests/support/teams_config.hpp"
 
 using namespace kiln::config;
+using kiln::test::teams_config;
 
 namespace {
 
@@ -29,29 +31,6 @@ struct temp_store {
     return std::move(std::get<std::unique_ptr<store>>(r));
   }
 };
-
-kiln_config teams_config() {
-  auto r = parse_config(R"(
-[[teams]]
-name = "search"
-api_key = "secret-search-key"
-[[teams.limits]]
-model = "m"
-tokens_per_minute = 6000
-max_concurrency = 4
-guaranteed_share = 0.5
-[[teams]]
-name = "batchers"
-api_key = "secret-batch-key"
-max_priority = "batch"
-[[pools]]
-model = "m"
-version = "v"
-)",
-                        "t.toml");
-  REQUIRE(std::holds_alternative<kiln_config>(r));
-  return std::get<kiln_config>(r);
-}
 
 std::string sql_one(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
@@ -78,7 +57,7 @@ TEST_CASE("store: a new file gets the schema at the current version, in WAL mode
   CHECK(s->folded_seq() == 0);
   CHECK(sql_one(t.path, "PRAGMA journal_mode") == "wal");
   for (const char* table : {"models", "model_versions", "pools", "replicas", "teams", "api_keys", "team_limits", "usage",
-                            "rollouts", "meter_state"}) {
+                            "rollouts", "meter_ledgers"}) {
     CAPTURE(table);
     CHECK(sql_one(t.path, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + table + "'") == table);
   }
@@ -195,10 +174,11 @@ TEST_CASE("store: a version 1 store migrates to the current version, keeping its
     sqlite3_close(db);
   }
   auto r = store::open(t.path);
-  // v2 adds the meter's watermark, v3 the registry's columns and tables, v4 warm replicas; the rows stay.
+  // v2 adds the meter's watermark, v3 the registry's columns and tables, v4 warm replicas, v5
+  // one watermark per ledger; the rows stay.
   REQUIRE(std::holds_alternative<std::unique_ptr<store>>(r));
   auto& s = std::get<std::unique_ptr<store>>(r);
-  CHECK(s->schema_version() == 4);
+  CHECK(s->schema_version() == store::kSchemaVersion);
   CHECK(s->folded_seq() == 0);
   const auto pl = s->pool_limits_of("chat-7b", "v1", "local");
   REQUIRE(pl.has_value());

@@ -1,0 +1,203 @@
+// The same store behaviour on both backends: a SQLite file and a real PostgreSQL server of
+// the test's own (skipped, with the reason, where Debian's postgresql package is missing).
+// Schema and migrations, tenancy, keys, limits, usage with one watermark per ledger, the
+// registry, routes, rollouts and pool limits; two processes migrating one database at once.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "config/db.hpp"
+#include "config/store.hpp"
+#include "tests/support/pg_server.hpp"
+#include "tests/support/teams_config.hpp"
+
+using namespace kiln::config;
+
+namespace {
+
+using opener = std::function<std::unique_ptr<store>(const std::string& ledger)>;
+
+std::unique_ptr<store> must_open(const std::string& path, const std::string& ledger) {
+  auto r = store::open(path, ledger);
+  if (auto* e = std::get_if<std::string>(&r)) FAIL("cannot open the store: " << *e);
+  return std::move(std::get<std::unique_ptr<store>>(r));
+}
+
+// Everything the store does, against whichever backend `open` reaches.
+void exercise(const opener& open) {
+  auto s = open("");
+  CHECK(s->schema_version() == store::kSchemaVersion);
+  CHECK(s->empty());
+  CHECK(s->folded_seq() == 0);
+  REQUIRE_FALSE(s->seed(kiln::test::teams_config()));
+  CHECK_FALSE(s->empty());
+  // Tenancy in the order teams were made; keys by hash; limits with their fractions.
+  auto t = s->load_tenancy();
+  REQUIRE(t.teams.size() == 2);
+  CHECK(t.teams[0].name == "search");
+  CHECK(t.teams[1].name == "batchers");
+  CHECK(t.team_by_key("secret-batch-key")->max_priority == kiln::engine::priority::batch);
+  CHECK(t.team("search")->limit_for("m")->tokens_per_minute == 6000);
+  CHECK(t.team("search")->limit_for("m")->guaranteed_share == 0.5);
+  CHECK(s->add_team("search", "again", kiln::engine::priority::standard).has_value());  // one team per name
+  const std::string key = new_api_key();
+  auto id = s->add_key("search", key);
+  REQUIRE(id.index() == 0);
+  CHECK(s->load_tenancy().team_by_key(key)->name == "search");
+  CHECK_FALSE(s->revoke_key("batchers", std::get<0>(id)));
+  CHECK(s->revoke_key("search", std::get<0>(id)));
+  CHECK_FALSE(s->revoke_key("search", std::get<0>(id)));
+  CHECK(s->load_tenancy().team_by_key(key) == nullptr);
+  REQUIRE_FALSE(s->put_limit("search", {"m", 120.5, 60, 2, 0.375}));
+  CHECK(s->load_tenancy().team("search")->limit_for("m")->burst == 60);
+  CHECK(s->load_tenancy().team("search")->limit_for("m")->tokens_per_minute == 120.5);
+  CHECK(s->load_tenancy().team("search")->limit_for("m")->guaranteed_share == 0.375);
+  CHECK(s->put_limit("nobody", {"m", 1, 0, 0, 0}).has_value());  // no such team: refused by the schema
+
+  // Usage adds up per minute; the watermark moves with the rows, never backwards, per ledger.
+  REQUIRE_FALSE(s->add_usage({{"search", "m", "v", 100, 10, 2, 5, 1, 0}, {"search", "m", "v", 100, 20, 0, 7, 1, 1}}, 40));
+  REQUIRE_FALSE(s->add_usage({{"search", "m", "v", 100, 1, 1, 1, 1, 0}}, 30));
+  CHECK(s->folded_seq() == 40);
+  auto rows = s->usage("search", "", 0, 1000);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].prompt_tokens == 31);
+  CHECK(rows[0].requests == 3);
+  CHECK(rows[0].shed == 1);
+  CHECK(s->usage("search", "other", 0, 1000).empty());
+  CHECK(s->usage("search", "m", 101, 1000).empty());
+  // Past 2^32 tokens a minute still adds up.
+  REQUIRE_FALSE(s->add_usage({{"batchers", "m", "v", 7, 5000000000, 0, 0, 1, 0}, {"batchers", "m", "v", 7, 5000000000, 0, 0, 1, 0}}));
+  CHECK(s->usage("batchers", "m", 7, 7)[0].prompt_tokens == 10000000000);
+  {
+    auto other_node = open("region-b");
+    CHECK(other_node->folded_seq() == 0);
+    REQUIRE_FALSE(other_node->add_usage({{"search", "m", "v", 100, 1, 0, 0, 1, 0}}, 7));
+    CHECK(other_node->folded_seq() == 7);
+  }
+  CHECK(s->folded_seq() == 40);
+  CHECK(s->usage("search", "m", 100, 100)[0].requests == 4);  // both ledgers' rows in one table
+
+  // The registry: a version never changes; routes and decisions are kept.
+  model_version v;
+  v.model = "m";
+  v.version = "v2";
+  v.weights_uri = "http://control:8180/artifacts/m-v2";
+  v.weights_hash = std::string(64, 'a');
+  v.tokenizer_hash = std::string(64, 'b');
+  v.engine_config = R"({"replicas":3})";
+  v.files = {{"config.json", std::string(64, 'c')}, {"model.safetensors", std::string(64, 'd')}};
+  auto first = s->register_version(v);
+  CHECK(first.created);
+  CHECK(first.error.empty());
+  CHECK_FALSE(s->register_version(v).created);
+  auto other = v;
+  other.weights_hash = std::string(64, 'e');
+  CHECK_FALSE(s->register_version(other).conflict.empty());
+  auto back = s->version("m", "v2");
+  REQUIRE(back);
+  CHECK(back->weights_uri == v.weights_uri);
+  CHECK(back->files.size() == 2);
+  CHECK(back->files[1].file == "model.safetensors");
+  CHECK_FALSE(s->set_load_test("m", "v2", 1632.25, 20000));
+  CHECK(s->version("m", "v2")->status == "gated");
+  CHECK(s->version("m", "v2")->load_test_tokens_per_s == 1632.25);
+  CHECK(s->versions("m").size() == 1);
+  model_route r{"m", "v1", "v2", 12.5, "", 0, "v0", 1234};
+  CHECK_FALSE(s->put_route(r));
+  r.canary_percent = 50;
+  CHECK_FALSE(s->put_route(r));
+  REQUIRE(s->routes().size() == 1);
+  CHECK(s->routes()[0].canary_percent == 50);
+  CHECK(s->routes()[0].previous_until == 1234);
+  rollout_row row;
+  row.model = "m";
+  row.version = "v2";
+  row.stage = "canary";
+  row.percent = 50;
+  row.decision = "advance";
+  row.guard_metrics = R"({"p95":"ok"})";
+  const auto s1 = s->add_rollout(row);
+  const auto s2 = s->add_rollout(row);
+  CHECK(s1 > 0);
+  CHECK(s2 == s1 + 1);
+  row.stage = "sideways";  // not a stage: refused by the schema
+  CHECK(s->add_rollout(row) == 0);
+  CHECK(s->rollouts("m").size() == 2);
+  CHECK(s->rollouts("m")[1].guard_metrics == R"({"p95":"ok"})");
+  REQUIRE_FALSE(s->put_pool_limits({"m", "v2", "east", 1, 8, 2}));
+  REQUIRE_FALSE(s->put_pool_limits({"m", "v2", "east", 2, 9, 1}));
+  CHECK(s->pool_limits_of("m", "v2", "east")->max_replicas == 9);
+  CHECK_FALSE(s->pool_limits_of("m", "v2", "west"));
+  CHECK(s->all_pool_limits().size() == 1);
+
+  // Another process (a reopen) sees all of it, migrating nothing.
+  s.reset();
+  auto again = open("");
+  CHECK(again->schema_version() == store::kSchemaVersion);
+  CHECK(again->folded_seq() == 40);
+  CHECK(again->load_tenancy().teams.size() == 2);
+  CHECK(again->rollouts("m").size() == 2);
+}
+
+}  // namespace
+
+TEST_CASE("store backends: SQLite file") {
+  const std::string path = (std::filesystem::temp_directory_path() / ("kiln-backends-" + std::to_string(::getpid()) + ".db")).string();
+  exercise([&](const std::string& ledger) { return must_open(path, ledger); });
+  for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(path + ext);
+}
+
+TEST_CASE("store backends: PostgreSQL server") {
+  if (auto why = kiln::test::pg_server::unavailable(); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  kiln::test::pg_server pg;
+  REQUIRE_MESSAGE(pg.error().empty(), pg.error());
+  const std::string uri = pg.create_database("kiln_store");
+  REQUIRE_MESSAGE(uri.rfind("postgresql://", 0) == 0, uri);
+  exercise([&](const std::string& ledger) { return must_open(uri, ledger); });
+
+  // Two nodes starting on a new database at once: one migrates, the other waits and finds
+  // the schema current.
+  const std::string fresh = pg.create_database("kiln_race");
+  std::string e1, e2;
+  auto open_one = [&](std::string& err) {
+    auto r = store::open(fresh, "");
+    if (auto* e = std::get_if<std::string>(&r)) err = *e;
+  };
+  std::thread a([&] { open_one(e1); });
+  std::thread b([&] { open_one(e2); });
+  a.join();
+  b.join();
+  CHECK(e1.empty());
+  CHECK(e2.empty());
+  CHECK(must_open(fresh, "")->schema_version() == store::kSchemaVersion);
+
+  // A password never appears where a store path is printed; a server that is not there is a
+  // clear error.
+  CHECK(redacted_store_path("postgresql://kiln:s3cret@db:5432/kiln?sslmode=require") == "postgresql://kiln@db:5432/kiln");
+  CHECK(redacted_store_path("/var/lib/kiln/kiln.db") == "/var/lib/kiln/kiln.db");
+  auto gone = store::open("postgresql://kiln@127.0.0.1:1/kiln");
+  REQUIRE(std::holds_alternative<std::string>(gone));
+  CHECK(std::get<std::string>(gone).find("cannot connect to the PostgreSQL store") != std::string::npos);
+}
+
+TEST_CASE("store backends: the store's SQL in PostgreSQL's spelling") {
+  CHECK(postgres_dialect("SELECT a FROM t WHERE x = ? AND y = '?' AND z = ?") ==
+        "SELECT a FROM t WHERE x = $1 AND y = '?' AND z = $2");
+  CHECK(postgres_dialect("CREATE TABLE r(seq INTEGER PRIMARY KEY AUTOINCREMENT, p REAL, n INTEGER, s TEXT)") ==
+        "CREATE TABLE r(seq BIGSERIAL PRIMARY KEY, p DOUBLE PRECISION, n BIGINT, s TEXT)");
+  CHECK(postgres_dialect("CREATE TABLE teams(team TEXT)") == "CREATE TABLE teams(seq BIGSERIAL, team TEXT)");
+  CHECK(postgres_dialect("SELECT team FROM teams ORDER BY rowid") == "SELECT team FROM teams ORDER BY seq");
+  CHECK(postgres_dialect("SET f = max(a.f, excluded.f), max_priority = 'max(' ") ==
+        "SET f = GREATEST(a.f, excluded.f), max_priority = 'max(' ");
+  CHECK(postgres_dialect("INSERT INTO x VALUES('it''s ?', ?)") == "INSERT INTO x VALUES('it''s ?', $1)");
+  CHECK(is_postgres_uri("postgres://h/db"));
+  CHECK(is_postgres_uri("postgresql://h/db"));
+  CHECK_FALSE(is_postgres_uri("~/.kiln/kiln.db"));
+}
