@@ -1,4 +1,5 @@
 #include "actors/admission.hpp"
+#include "actors/region_limits.hpp"
 
 #include <algorithm>
 
@@ -260,6 +261,24 @@ void sweep(stateful* self) {
   arm_sweep(self);
 }
 
+// What this region's teams asked for since the last report, in tokens per minute, smoothed
+// over reports (half the weight on the newest).
+region_use_report report_use(stateful* self) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  const double minutes = std::chrono::duration<double>(now - st.asked_since).count() / 60;
+  st.asked_since = now;
+  region_use_report out;
+  out.region = st.cfg->region;
+  for (const auto& [key, tokens] : st.ledger.take_asked()) {
+    const double rate = minutes > 0 ? static_cast<double>(tokens) / minutes : 0;
+    auto [it, fresh] = st.asked_per_minute.try_emplace(key, rate);
+    if (!fresh) it->second = 0.5 * it->second + 0.5 * rate;
+    out.rows.push_back({out.region, key.first, key.second, it->second, 0});
+  }
+  return out;
+}
+
 void arm_sweep(stateful* self) {
   auto& st = self->state;
   if (st.sweep_armed) return;
@@ -278,6 +297,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
   self->state.cfg = std::move(cfg);
   self->state.capture = std::move(capture);
   self->state.started = self->clock().now();
+  self->state.asked_since = self->state.started;
   self->state.gauges = std::move(gauges);
   self->state.ledger = team_ledger(std::move(tenants));
   for (const auto& p : self->state.cfg->pools) {  // every configured pool is known, loading until it says otherwise
@@ -346,6 +366,8 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
       },
       [self](tick_atom) { sweep(self); },
       [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },
+      [self](region_use_ask) -> region_use_report { return report_use(self); },
+      [self](region_shares_update& u) { self->state.ledger.set_region_shares(std::move(u.shares), self->clock().now()); },
       [self](pool_update& u) {
         auto& st = self->state;
         const std::string key = u.model + "@" + u.version;

@@ -42,6 +42,10 @@ struct admission_state {
   std::map<std::string, route_update, std::less<>> routes;  ///< by model: live, canary, shadow
   std::unordered_map<request_id, std::string, request_id_hash> shadows;  ///< shadow copies running: model
   caf::actor discard;  ///< the sink of shadow copies (made on first use)
+  /// Limits across regions: tokens per minute asked lately by (team, model), smoothed, and
+  /// when they were last taken.
+  std::map<std::pair<std::string, std::string>, double> asked_per_minute;
+  caf::actor_clock::time_point asked_since;
 
   /// The version an alias request goes to: its route's canary or live version (a canary
   /// whose pool does not serve yet leaves the request on the live version).

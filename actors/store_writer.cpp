@@ -1,10 +1,13 @@
 #include "actors/store_writer.hpp"
 
+#include <cstdio>
 #include <optional>
 
 #include <caf/all.hpp>
 
 #include "actors/admission.hpp"
+#include "actors/node_supervisor.hpp"
+#include "actors/region_limits.hpp"
 #include "config/snapshot.hpp"
 
 namespace kiln::actors {
@@ -32,6 +35,35 @@ bool team_known(stateful* self, const std::string& team) { return self->state.bo
 using reread_atom = caf::atom_constant<caf::atom("reread")>;
 constexpr auto kRereadEvery = std::chrono::seconds(2);
 
+// Limits across regions: every few seconds, what this region's teams asked for goes into the
+// shared store and this region's shares come back to its admission (config/region_shares.hpp).
+using shares_atom = caf::atom_constant<caf::atom("shares")>;
+constexpr auto kSharesEvery = std::chrono::seconds(5);
+constexpr std::int64_t kRegionUseFresh_s = 30;  ///< a region that reported within this is live
+
+void exchange_shares(stateful* self) {
+  auto again = [self] { self->delayed_send(self, kSharesEvery, shares_atom::value); };
+  const auto admission = caf::actor_cast<caf::actor>(self->system().registry().get(admission_name));
+  if (!admission) return again();
+  self->request(admission, std::chrono::seconds(3), region_use_ask{})
+      .then(
+          [self, admission, again](region_use_report& rep) {
+            using shares = std::map<std::pair<std::string, std::string>, double>;
+            on_disk<shares>(
+                self,
+                [rep = std::move(rep), limits = self->state.board->get()](config::store& s) {
+                  if (auto e = s.put_region_use(rep.region, rep.rows))
+                    std::fprintf(stderr, "kiln: cannot record region %s's use: %s\n", rep.region.c_str(), e->c_str());
+                  return config::region_shares(rep.region, s.region_use(kRegionUseFresh_s), *limits);
+                },
+                [self, admission, again](shares& sh) {
+                  self->send(admission, region_shares_update{std::move(sh)});
+                  again();
+                });
+          },
+          [again](caf::error&) { again(); });
+}
+
 std::uint64_t digest(const config::tenancy& t) {
   config::config_snapshot s;
   s.tenants = t;
@@ -47,8 +79,12 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
   st.thread = make_thread_loader(1);
   st.board = std::move(board);
   st.node = std::move(node);
-  if (st.db->shared()) self->send(self, reread_atom::value);
+  if (st.db->shared()) {
+    self->send(self, reread_atom::value);
+    self->send(self, shares_atom::value);
+  }
   caf::message_handler tenancy_calls{
+      [self](shares_atom) { exchange_shares(self); },
       [self](reread_atom) {
         on_disk<config::tenancy>(
             self, [](config::store& s) { return s.load_tenancy(); },

@@ -9,15 +9,42 @@ team_ledger::team_ledger(std::shared_ptr<const config::tenancy> tenants) : tenan
 
 void team_ledger::set_tenancy(std::shared_ptr<const config::tenancy> tenants, time_point now) {
   tenants_ = std::move(tenants);
-  for (auto& [key, acc] : accounts_) {
-    const config::team_limit* l = limit(key.first, key.second);
-    if (!l || l->tokens_per_minute <= 0) {
-      acc.bucket.reset();
-      continue;
-    }
-    if (acc.bucket) acc.bucket->set_limit(l->tokens_per_minute, l->burst, now);
-    else acc.bucket.emplace(l->tokens_per_minute, l->burst, now);
+  for (auto& [key, acc] : accounts_) fit_bucket(key.first, key.second, acc, now);
+}
+
+void team_ledger::set_region_shares(std::map<std::pair<std::string, std::string>, double> shares, time_point now) {
+  region_shares_ = std::move(shares);
+  for (auto& [key, acc] : accounts_) fit_bucket(key.first, key.second, acc, now);
+}
+
+double team_ledger::region_share(const std::string& team, const std::string& model) const {
+  auto it = region_shares_.find({team, model});
+  return it == region_shares_.end() ? 1.0 : std::clamp(it->second, 0.0, 1.0);
+}
+
+void team_ledger::fit_bucket(const std::string& team, const std::string& model, account& acc, time_point now) {
+  const config::team_limit* l = limit(team, model);
+  if (!l || l->tokens_per_minute <= 0) {
+    acc.bucket.reset();
+    return;
   }
+  const double share = region_share(team, model);
+  const double rate = l->tokens_per_minute * share;
+  const double burst = (l->burst > 0 ? l->burst : l->tokens_per_minute) * share;
+  if (acc.bucket) acc.bucket->set_limit(rate, burst, now);
+  else acc.bucket.emplace(rate, burst, now);
+}
+
+std::map<std::pair<std::string, std::string>, std::int64_t> team_ledger::take_asked() {
+  std::map<std::pair<std::string, std::string>, std::int64_t> out;
+  for (const auto& t : tenants_->teams)
+    for (const auto& l : t.limits)
+      if (l.tokens_per_minute > 0) out[{t.name, l.model}] = 0;
+  for (auto& [key, acc] : accounts_) {
+    if (out.count(key)) out[key] = acc.asked;
+    acc.asked = 0;
+  }
+  return out;
 }
 
 const config::team_limit* team_ledger::limit(const std::string& team, const std::string& model) const {
@@ -27,10 +54,7 @@ const config::team_limit* team_ledger::limit(const std::string& team, const std:
 
 team_ledger::account& team_ledger::account_for(const std::string& team, const std::string& model, time_point now) {
   auto [it, fresh] = accounts_.try_emplace({team, model});
-  if (fresh) {
-    const config::team_limit* l = limit(team, model);
-    if (l && l->tokens_per_minute > 0) it->second.bucket.emplace(l->tokens_per_minute, l->burst, now);
-  }
+  if (fresh) fit_bucket(team, model, it->second, now);
   return it->second;
 }
 
@@ -50,20 +74,29 @@ std::optional<stream_error> team_ledger::admit(const request& r, time_point now)
                         "", 1};
   }
   const std::int64_t tokens = request_tokens(r);
+  acc.asked += tokens;
   if (acc.bucket) {
-    if (static_cast<double>(tokens) > acc.bucket->burst()) {
+    // Never fits: past the whole limit's burst (a regional share smaller than the request
+    // only makes it wait, as the share follows what is asked).
+    const double whole = l ? (l->burst > 0 ? l->burst : l->tokens_per_minute) : acc.bucket->burst();
+    if (static_cast<double>(tokens) > whole) {
       return stream_error{r.id, errc::invalid_request,
                           "The request needs " + std::to_string(tokens) + " tokens (prompt + max_tokens), more than team " +
-                              r.team + "'s limit of " + std::to_string(static_cast<long long>(acc.bucket->burst())) +
-                              " for " + r.model + " at once; lower max_tokens.",
+                              r.team + "'s limit of " + std::to_string(static_cast<long long>(whole)) + " for " + r.model +
+                              " at once; lower max_tokens.",
                           "max_tokens", 0};
     }
     if (!acc.bucket->try_charge(tokens, now)) {
       const std::int64_t wait = acc.bucket->retry_after_s(tokens, now);
+      const double share = region_share(r.team, r.model);
+      const std::string across =
+          share < 1 && l ? "; this region's share, " + std::to_string(static_cast<int>(std::lround(share * 100))) + "%, of " +
+                               std::to_string(static_cast<long long>(l->tokens_per_minute)) + " across regions"
+                         : "";
       return stream_error{r.id, errc::over_limit,
                           "Team " + r.team + " is over its limit of " +
                               std::to_string(static_cast<long long>(acc.bucket->rate_per_minute())) + " tokens per minute for " +
-                              r.model + " (tokens_per_minute); this request needs " + std::to_string(tokens) + ".",
+                              r.model + " (tokens_per_minute" + across + "); this request needs " + std::to_string(tokens) + ".",
                           "", static_cast<std::int32_t>(std::max<std::int64_t>(1, wait))};
     }
   }

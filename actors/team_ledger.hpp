@@ -24,6 +24,13 @@ class team_ledger {
   explicit team_ledger(std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>());
   /// New teams or limits take effect at once; buckets keep what they hold (up to a new burst).
   void set_tenancy(std::shared_ptr<const config::tenancy> tenants, time_point now);
+  /// This region's share of each limit it shares with other regions, by (team, model); a
+  /// limit absent from `shares` is whole here. Buckets run at limit x share at once.
+  void set_region_shares(std::map<std::pair<std::string, std::string>, double> shares, time_point now);
+  double region_share(const std::string& team, const std::string& model) const;
+  /// Tokens asked (admitted or refused) per (team, model) with a limit since the last call,
+  /// every limited pair of the tenancy included (0 when nothing was asked); counters restart.
+  std::map<std::pair<std::string, std::string>, std::int64_t> take_asked();
 
   /// The tier a team may use: a more urgent ask is lowered to the team's highest tier.
   engine::priority clamp(const std::string& team, engine::priority asked) const;
@@ -48,6 +55,7 @@ class team_ledger {
     std::optional<token_bucket> bucket;
     int in_flight = 0;
     std::int64_t tokens_in_flight = 0;
+    std::int64_t asked = 0;  ///< tokens asked since take_asked()
   };
   struct charge {
     std::string team;
@@ -56,10 +64,13 @@ class team_ledger {
   };
   const config::team_limit* limit(const std::string& team, const std::string& model) const;
   account& account_for(const std::string& team, const std::string& model, time_point now);
+  /// Sets the account's bucket from its limit and this region's share (none without a limit).
+  void fit_bucket(const std::string& team, const std::string& model, account& acc, time_point now);
 
   std::shared_ptr<const config::tenancy> tenants_;
   std::map<std::pair<std::string, std::string>, account> accounts_;
   std::unordered_map<request_id, charge, request_id_hash> charges_;
+  std::map<std::pair<std::string, std::string>, double> region_shares_;
 };
 
 }  // namespace kiln::actors

@@ -1,5 +1,6 @@
 #include "config/store.hpp"
 #include "config/db.hpp"
+#include "config/region_shares.hpp"
 
 #include <openssl/evp.h>
 
@@ -72,7 +73,13 @@ INSERT INTO meter_ledgers(ledger, folded_seq) SELECT '', folded_seq FROM meter_s
 DROP TABLE meter_state;
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
+// Version 6: what each region's teams asked for lately, from which regions share limits.
+constexpr const char* kSchemaV6 = R"sql(
+CREATE TABLE region_use(region TEXT, team TEXT, model TEXT, tokens_per_minute REAL NOT NULL, at INTEGER NOT NULL,
+  PRIMARY KEY(region, team, model));
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -318,6 +325,38 @@ std::vector<usage_row> store::usage(const std::string& team, const std::string& 
   while (st.row())
     out.push_back({st.text(0), st.text(1), st.text(2), st.integer(3), st.integer(4), st.integer(5), st.integer(6),
                    st.integer(7), st.integer(8)});
+  return out;
+}
+
+std::optional<std::string> store::put_region_use(const std::string& region, const std::vector<region_use_row>& rows) {
+  if (auto e = exec("BEGIN;")) return e;
+  const std::int64_t now = unix_now();
+  for (const auto& r : rows) {
+    auto e = statement(*db_,
+                       "INSERT INTO region_use(region, team, model, tokens_per_minute, at) VALUES(?, ?, ?, ?, ?) "
+                       "ON CONFLICT(region, team, model) DO UPDATE SET tokens_per_minute = excluded.tokens_per_minute, "
+                       "at = excluded.at")
+                 .bind(1, region)
+                 .bind(2, r.team)
+                 .bind(3, r.model)
+                 .bind(4, r.tokens_per_minute)
+                 .bind(5, now)
+                 .run();
+    if (e) {
+      exec("ROLLBACK;");
+      return e;
+    }
+  }
+  return exec("COMMIT;");
+}
+
+std::vector<region_use_row> store::region_use(std::int64_t within_s) {
+  statement st(*db_,
+               "SELECT region, team, model, tokens_per_minute, at FROM region_use WHERE at >= ? "
+               "ORDER BY region, team, model");
+  st.bind(1, unix_now() - within_s);
+  std::vector<region_use_row> out;
+  while (st.row()) out.push_back({st.text(0), st.text(1), st.text(2), st.real(3), st.integer(4)});
   return out;
 }
 

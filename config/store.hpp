@@ -21,6 +21,7 @@
 namespace kiln::config {
 
 class db;
+struct region_use_row;
 
 /// SHA-256 of an API key, as 64 hex digits.
 std::string key_hash(std::string_view key);
@@ -90,7 +91,7 @@ class store {
   /// postgres:// or postgresql:// path names, and migrates it to the current schema. `ledger`
   /// names this node's usage watermark in a store nodes share ("": a single node's).
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path, const std::string& ledger = "");
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   int schema_version();
   const std::string& path() const { return path_; }
   /// Whether other nodes may share it (PostgreSQL).
@@ -137,6 +138,10 @@ class store {
   /// Records a decision; returns its sequence number (0 on failure).
   std::int64_t add_rollout(const rollout_row& row);
   std::vector<rollout_row> rollouts(const std::string& model);
+  /// Limits across regions (config/region_shares.hpp): what `region`'s teams asked for lately
+  /// (stamped now), and every region's rows reported within the last `within_s` seconds.
+  std::optional<std::string> put_region_use(const std::string& region, const std::vector<region_use_row>& rows);
+  std::vector<region_use_row> region_use(std::int64_t within_s);
   /// The `pools` table (config/pool_store.cpp).
   std::optional<std::string> put_pool_limits(const pool_limits& l);
   std::optional<pool_limits> pool_limits_of(const std::string& model, const std::string& version, const std::string& region);

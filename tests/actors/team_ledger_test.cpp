@@ -106,6 +106,45 @@ TEST_CASE("team ledger: the bucket's limit at and one past it; Retry-After; no l
   CHECK(l.limit_info(req(5, 1, 1, "assistant"), t0).limit_tokens == 0);
 }
 
+TEST_CASE("team ledger: a region's share of a limit runs its bucket; what was asked is counted, refused or not") {
+  const actors::team_ledger::time_point t0{};
+  actors::team_ledger l(tenants(600, 1000, 0));
+  CHECK(l.region_share("search", "chat-7b") == 1);
+  // Nothing asked yet: every limited pair is reported, at 0; a team without a limit is not.
+  auto asked = l.take_asked();
+  REQUIRE(asked.size() == 1);
+  CHECK(asked.begin()->first == std::make_pair(std::string("search"), std::string("chat-7b")));
+  CHECK(asked.begin()->second == 0);
+  // A quarter of the limit here: a burst of 250 at 2.5 tokens a second, at once.
+  l.set_region_shares({{{"search", "chat-7b"}, 0.25}}, t0);
+  CHECK(l.region_share("search", "chat-7b") == 0.25);
+  CHECK(l.limit_info(req(1, 1, 1), t0).limit_tokens == 150);
+  CHECK_FALSE(l.admit(req(2, 125, 125), t0));  // exactly the regional burst
+  auto over = l.admit(req(3, 1, 0), t0);       // one past it
+  REQUIRE(over);
+  CHECK(over->code == errc::over_limit);
+  CHECK(over->message.find("this region's share, 25%, of 600 across regions") != std::string::npos);
+  // More than this region's burst but within the whole limit's: it waits (429), as the
+  // share follows what is asked; past the whole burst it never fits (400).
+  auto big = l.admit(req(4, 400, 400), t0);
+  REQUIRE(big);
+  CHECK(big->code == errc::over_limit);
+  CHECK(big->retry_after_s >= 1);
+  auto never = l.admit(req(5, 600, 401), t0);
+  REQUIRE(never);
+  CHECK(never->code == errc::invalid_request);
+  // Asked: admitted and refused alike; the count restarts.
+  asked = l.take_asked();
+  CHECK(asked.at({"search", "chat-7b"}) == 250 + 1 + 800 + 1001);
+  CHECK(l.take_asked().at({"search", "chat-7b"}) == 0);
+  // The share whole again (no other region): the full limit's rate and burst; the bucket
+  // keeps what it held (250) and fills at the full rate from there.
+  l.set_region_shares({}, t0 + 120s);
+  CHECK(l.limit_info(req(6, 1, 1), t0 + 120s).limit_tokens == 600);
+  CHECK(l.admit(req(7, 500, 400), t0 + 120s));
+  CHECK_FALSE(l.admit(req(8, 500, 400), t0 + 185s));  // 250 + 65 s x 10
+}
+
 TEST_CASE("team ledger: max_concurrency at and one past it; a freed slot is taken again; limits change live") {
   const actors::team_ledger::time_point t0{};
   actors::team_ledger l(tenants(0, 0, 2));

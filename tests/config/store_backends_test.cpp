@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "config/db.hpp"
+#include "config/region_shares.hpp"
 #include "config/store.hpp"
 #include "tests/support/pg_server.hpp"
 #include "tests/support/teams_config.hpp"
@@ -134,6 +135,20 @@ void exercise(const opener& open) {
   CHECK_FALSE(s->pool_limits_of("m", "v2", "west"));
   CHECK(s->all_pool_limits().size() == 1);
 
+  // Limits across regions: each region's latest row per (team, model); old rows age out.
+  REQUIRE_FALSE(s->put_region_use("east", {{"", "search", "m", 1500.5, 0}, {"", "batchers", "m", 0, 0}}));
+  REQUIRE_FALSE(s->put_region_use("west", {{"", "search", "m", 10, 0}}));
+  REQUIRE_FALSE(s->put_region_use("west", {{"", "search", "m", 20, 0}}));  // replaces, not adds
+  auto use = s->region_use(30);
+  REQUIRE(use.size() == 3);
+  CHECK(use[0].region == "east");
+  CHECK(use[0].team == "batchers");
+  CHECK(use[1].tokens_per_minute == 1500.5);
+  CHECK(use[2].region == "west");
+  CHECK(use[2].tokens_per_minute == 20);
+  CHECK(use[2].at > 1700000000);
+  CHECK(s->region_use(-3600).empty());  // "within the last -1 hours": none that fresh
+
   // Another process (a reopen) sees all of it, migrating nothing.
   s.reset();
   auto again = open("");
@@ -200,4 +215,37 @@ TEST_CASE("store backends: the store's SQL in PostgreSQL's spelling") {
   CHECK(is_postgres_uri("postgres://h/db"));
   CHECK(is_postgres_uri("postgresql://h/db"));
   CHECK_FALSE(is_postgres_uri("~/.kiln/kiln.db"));
+}
+
+TEST_CASE("region shares: a limit follows what each live region asked, with a floor, and adds up to 1") {
+  tenancy t;
+  team_config search;
+  search.name = "search";
+  search.limits.push_back({"m", 6000, 0, 0, 0});
+  search.limits.push_back({"unlimited", 0, 0, 0, 0});
+  t.teams.push_back(search);
+  using rows = std::vector<region_use_row>;
+  // Alone: whole (absent).
+  CHECK(region_shares("a", rows{{"a", "search", "m", 500, 0}}, t).empty());
+  CHECK(region_shares("a", rows{}, t).empty());
+  // Two regions asking the same: half each.
+  const rows even{{"a", "search", "m", 1000, 0}, {"b", "search", "m", 1000, 0}};
+  CHECK(region_shares("a", even, t).at({"search", "m"}) == doctest::Approx(0.5));
+  // 3:1 with a floor of 10% (600 tokens spread over two regions): (300 + 3000) / (600 + 4000).
+  const rows skewed{{"a", "search", "m", 3000, 0}, {"b", "search", "m", 1000, 0}};
+  const double a = region_shares("a", skewed, t).at({"search", "m"});
+  const double b = region_shares("b", skewed, t).at({"search", "m"});
+  CHECK(a == doctest::Approx(3300.0 / 4600));
+  CHECK(a + b == doctest::Approx(1.0));
+  // An idle region keeps its floor; nobody asking anything: an even split.
+  const rows idle{{"a", "search", "m", 6000, 0}, {"b", "search", "m", 0, 0}};
+  CHECK(region_shares("b", idle, t).at({"search", "m"}) == doctest::Approx(300.0 / 6600));
+  const rows quiet{{"a", "search", "m", 0, 0}, {"b", "search", "m", 0, 0}, {"c", "search", "m", 0, 0}};
+  CHECK(region_shares("c", quiet, t).at({"search", "m"}) == doctest::Approx(1.0 / 3));
+  // A region not yet reported counts itself live; a pair without a limit, or an unknown team,
+  // is never split; a negative report counts as nothing.
+  CHECK(region_shares("c", even, t).at({"search", "m"}) == doctest::Approx(200.0 / 2600));
+  CHECK(region_shares("a", rows{{"b", "search", "unlimited", 10, 0}, {"b", "nobody", "m", 10, 0}}, t).empty());
+  CHECK(region_shares("a", rows{{"a", "search", "m", -50, 0}, {"b", "search", "m", 0, 0}}, t).at({"search", "m"}) ==
+        doctest::Approx(0.5));
 }

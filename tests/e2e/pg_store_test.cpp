@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <chrono>
+#include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -107,5 +109,64 @@ TEST_CASE("pg store e2e: two nodes share one PostgreSQL store: a team made on on
   CHECK(all);
   CHECK(got_requests == requests);
   CHECK(got_output == output);
+  fs::remove_all(logs);
+}
+
+TEST_CASE("pg store e2e: a team's tokens per minute hold across regions: the share follows where it is asked") {
+  if (auto why = pg_server::unavailable(); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  pg_server pg;
+  REQUIRE_MESSAGE(pg.error().empty(), pg.error());
+  const std::string uri = pg.create_database("kiln_limits");
+  REQUIRE_MESSAGE(uri.rfind("postgresql://", 0) == 0, uri);
+  char tmpl[] = "/tmp/kiln-e2e-pg-XXXXXX";
+  const std::string logs = ::mkdtemp(tmpl);
+  const process_options on_pg{"", 0, 0, uri, ""};
+  kiln_process a(node_config("a", logs), on_pg);
+  kiln_process b(node_config("b", logs), on_pg);
+  const double limit = 60000;
+  REQUIRE(request(a.port(), "PUT", "/admin/teams/search/limits", R"({"model":"chat-7b","tokens_per_minute":60000})",
+                  {"Authorization: Bearer key-admin", "Content-Type: application/json"})
+              .status == 200);
+  // The limit as each region applies it, from a request's x-ratelimit-limit-tokens.
+  auto applied = [&](int port) {
+    const auto r = request(port, "POST", "/v1/chat/completions",
+                           R"({"model":"chat-7b","max_tokens":5,"messages":[{"role":"user","content":"share"}]})",
+                           {"Authorization: Bearer key-search", "Content-Type: application/json"});
+    if (r.status != 200 || !r.headers.count("x-ratelimit-limit-tokens")) return -static_cast<double>(r.status);
+    return std::atof(r.headers.at("x-ratelimit-limit-tokens").c_str());
+  };
+  // Both regions hold the limit (b reads it from the store within seconds); both live and
+  // asked alike (these requests only): about half each.
+  REQUIRE(eventually([&] { return applied(b.port()) > 0; }, std::chrono::seconds(8)));
+  CHECK(eventually([&] { return std::abs(applied(a.port()) - limit / 2) < 0.1 * limit && std::abs(applied(b.port()) - limit / 2) < 0.1 * limit; },
+                   std::chrono::seconds(15)));
+  // Demand in a only: a's share grows, b keeps its floor; together they stay the limit.
+  std::atomic<bool> stop{false};
+  std::thread load([&] {  // about 50 asks a second of 100+ tokens each: each stream is left at its head
+    while (!stop) {
+      http_conn c(a.port());
+      c.send_raw(make_request("POST", "/v1/chat/completions",
+                              R"({"model":"chat-7b","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"load"}]})",
+                              {"Authorization: Bearer key-search", "Content-Type: application/json"}));
+      c.read_head();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  double in_a = 0, in_b = 0;
+  const bool moved = eventually(
+      [&] {
+        in_a = applied(a.port());
+        in_b = applied(b.port());
+        return in_a > 0.8 * limit && in_b > 0 && in_b < 0.2 * limit;
+      },
+      std::chrono::seconds(25));
+  stop = true;
+  load.join();
+  MESSAGE("with demand in region a only: a applies " << in_a << ", b " << in_b << " tokens per minute of " << limit);
+  CHECK(moved);
+  CHECK(in_a + in_b == doctest::Approx(limit).epsilon(0.1));
   fs::remove_all(logs);
 }

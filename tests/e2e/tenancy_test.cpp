@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "config/store.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/kiln_process.hpp"
 
@@ -52,7 +53,7 @@ TEST_CASE("tenancy e2e: the store is made at first start with hashed keys, and i
   if (::access("/usr/bin/sqlite3", X_OK) == 0) {
     CHECK(sqlite_one(store, "select count(*) from teams") == "2");
     CHECK(sqlite_one(store, "select length(key_hash) from api_keys where team='search'") == "64");
-    CHECK(sqlite_one(store, "pragma user_version") == "5");
+    CHECK(sqlite_one(store, "pragma user_version") == std::to_string(kiln::config::store::kSchemaVersion));
   } else {
     MESSAGE("sqlite3 CLI not installed: the rows were not read back");
   }
