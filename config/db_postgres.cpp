@@ -96,8 +96,15 @@ class pg_db final : public db {
   }
 
  private:
-  // A server that restarted: one new connection before the next statement.
+  // A server that restarted since the last statement: outside a transaction, an empty query
+  // first finds out (one round trip; the store's statements are few), and a new connection
+  // takes the old one's place. Inside a transaction a lost connection fails the statement,
+  // and the caller rolls back.
   void reconnect() {
+    if (PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) == PQTRANS_IDLE) {
+      result_ptr probe(PQexec(conn_, ""), PQclear);
+      if (probe && PQresultStatus(probe.get()) == PGRES_EMPTY_QUERY) return;
+    }
     if (PQstatus(conn_) == CONNECTION_BAD) PQreset(conn_);
   }
   std::optional<std::string> check(const PGresult* r) const {

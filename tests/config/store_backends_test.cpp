@@ -177,6 +177,16 @@ TEST_CASE("store backends: PostgreSQL server") {
   REQUIRE_MESSAGE(uri.rfind("postgresql://", 0) == 0, uri);
   exercise([&](const std::string& ledger) { return must_open(uri, ledger); });
 
+  // The server restarts under an open store: the next statement finds a new connection; while
+  // it is down, statements fail with the reason, and work again once it is back.
+  {
+    auto s = must_open(uri, "");
+    REQUIRE(pg.restart().empty());
+    CHECK(s->load_tenancy().teams.size() == 2);
+    CHECK_FALSE(s->add_team("after-restart", "after-restart", kiln::engine::priority::standard));
+    CHECK(s->load_tenancy().team("after-restart") != nullptr);
+  }
+
   // Two nodes starting on a new database at once: one migrates, the other waits and finds
   // the schema current.
   const std::string fresh = pg.create_database("kiln_race");

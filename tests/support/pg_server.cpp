@@ -70,13 +70,21 @@ pg_server::pg_server() {
     return;
   }
   port_ = free_port();
-  const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ + " -c listen_addresses=127.0.0.1 -c fsync=off";
-  if (auto e = run(bin_ + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -o '" + opts + "' -w -t 30 start");
-      !e.empty()) {
+  if (auto e = run(start_command()); !e.empty()) {
     error_ = "the server did not start: " + e;
     return;
   }
   started_ = true;
+}
+
+std::string pg_server::start_command() const {
+  const std::string opts = "-p " + std::to_string(port_) + " -k " + dir_ + " -c listen_addresses=127.0.0.1 -c fsync=off";
+  return bin_ + "/pg_ctl -D " + dir_ + "/data -l " + dir_ + "/server.log -o '" + opts + "' -w -t 30 start";
+}
+
+std::string pg_server::restart() {
+  if (auto e = run(bin_ + "/pg_ctl -D " + dir_ + "/data -m fast -w stop"); !e.empty()) return e;
+  return run(start_command());
 }
 
 pg_server::~pg_server() {

@@ -20,9 +20,12 @@ class pg_server {
   /// A new, empty database; its URI (postgresql://kiln@127.0.0.1:PORT/NAME).
   std::string create_database(const std::string& name);
   int port() const { return port_; }
+  /// Stops the server (fast: open connections are cut) and starts it again; "" or why not.
+  std::string restart();
 
  private:
   std::string run(const std::string& command);  ///< as the server's user; "" or the output on failure
+  std::string start_command() const;
   std::string dir_;
   std::string bin_;
   int port_ = 0;
