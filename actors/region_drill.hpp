@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
 
 namespace kiln::actors {
@@ -32,4 +33,17 @@ typename Inspector::result_type inspect(Inspector& f, region_drill_report& x) {
   return f(caf::meta::type_name("region_drill_report"), x.region, x.action, x.nodes);
 }
 
+/// A front's view of the configuration each router node serves from (its balancer hears it
+/// with each node's pool report).
+struct cluster_config_ask {};
+struct node_config_row {
+  std::string node;
+  std::string region;
+  std::string source;
+  std::string version;
+};
+
 }  // namespace kiln::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::cluster_config_ask)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::actors::node_config_row>)

@@ -305,6 +305,15 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
         publish(self);
         return report;
       },
+      [self](actors::cluster_config_ask) -> std::vector<actors::node_config_row> {
+        std::vector<actors::node_config_row> rows;
+        for (const auto& m : self->state.routers) {
+          auto it = self->state.health.find(m.node);
+          if (it != self->state.health.end())
+            rows.push_back({m.node, m.region, it->second.config_source, it->second.config_version});
+        }
+        return rows;
+      },
       [self](actors::tick_atom) {
         ask_health(self);
         publish(self);

@@ -151,6 +151,9 @@ node_health health_of(const directory_state& st) {
   std::map<std::string, bool> serving;  // model -> some pool of it serves
   for (const auto& p : st.d.gauges->pools()) serving[p.model] = serving[p.model] || p.status == "serving";
   for (const auto& [model, up] : serving) (up ? h.serving : h.unhealthy).push_back(model);
+  const auto c = st.d.gauges->config();
+  h.config_source = c.source;
+  h.config_version = c.version;
   return h;
 }
 

@@ -49,17 +49,21 @@ typename Inspector::result_type inspect(Inspector& f, member_info& x) {
 /// A router node's pools by model, as its directory reports them to the balancer: a model is
 /// serving where some pool of it serves, unhealthy where it has pools and none serves
 /// (degraded, failed or still loading).
+/// It also names the configuration it serves from (GET /admin/config on a front lists them).
 struct node_health {
   std::vector<std::string> serving;
   std::vector<std::string> unhealthy;
+  std::string config_source;   ///< store | control | last-known-good | config
+  std::string config_version;  ///< its snapshot's version; empty: none
   friend bool operator==(const node_health& a, const node_health& b) {
-    return a.serving == b.serving && a.unhealthy == b.unhealthy;
+    return a.serving == b.serving && a.unhealthy == b.unhealthy && a.config_source == b.config_source &&
+           a.config_version == b.config_version;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_health& x) {
-  return f(caf::meta::type_name("node_health"), x.serving, x.unhealthy);
+  return f(caf::meta::type_name("node_health"), x.serving, x.unhealthy, x.config_source, x.config_version);
 }
 
 /// Registers every type that crosses nodes, and the middleman's settings: heartbeats every

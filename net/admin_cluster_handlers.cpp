@@ -41,14 +41,24 @@ void regions(front& f, const std::shared_ptr<exchange>& ex) {
                        .dump());
 }
 
-// The configuration this node serves from, and its snapshot's version.
-void config_view(front& f, const std::shared_ptr<exchange>& ex) {
+// The configuration this node serves from, and its snapshot's version; on a clustered front
+// also each router node's, as its balancer last heard (converged: all the same as this one).
+void config_view(front& f, const std::shared_ptr<exchange>& ex, const std::vector<actors::node_config_row>& nodes) {
   const auto& cfg = *f.deps.cfg;
   const auto c = f.deps.gauges->config();
   const auto t = f.deps.tenants->get();
   json teams = json::array();
   for (const auto& team : t->teams) teams.push_back(team.name);
+  json rows = json::array();
+  bool converged = true;
+  for (const auto& n : nodes) {
+    rows.push_back({{"node", n.node}, {"region", n.region}, {"source", n.source},
+                    {"version", n.version.empty() ? json(nullptr) : json(n.version)}});
+    converged = converged && n.version == c.version;
+  }
   ex->respond(200, json{{"node", cfg.cluster.node},
+                        {"nodes", rows},
+                        {"converged", converged},
                         {"region", cfg.region},
                         {"source", c.source},
                         {"version", c.version.empty() ? json(nullptr) : json(c.version)},
@@ -98,7 +108,16 @@ void add_cluster_admin_routes(front& f) {
   f.routes.add("DELETE", "/admin/regions/{region}/drain", access::admin,
                [&f](X ex, P p) { drill(f, ex, p.get("region"), "undrain"); });
   f.routes.add("POST", "/admin/regions/{region}/kill", access::admin, [&f](X ex, P p) { drill(f, ex, p.get("region"), "kill"); });
-  f.routes.add("GET", "/admin/config", access::admin, [&f](X ex, P) { config_view(f, ex); });
+  f.routes.add("GET", "/admin/config", access::admin, [&f](X ex, P) {
+    auto balancer = caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::balancer_name));
+    if (!balancer) return config_view(f, ex, {});
+    actors::ask<std::vector<actors::node_config_row>>(
+        *f.deps.sys, balancer, actors::cluster_config_ask{}, kAskTimeout,
+        [&f, ex](caf::expected<std::vector<actors::node_config_row>> r) {
+          auto rows = r ? std::move(*r) : std::vector<actors::node_config_row>{};
+          ex->post([&f, ex, rows = std::move(rows)] { config_view(f, ex, rows); });
+        });
+  });
 }
 
 }  // namespace kiln::net

@@ -212,7 +212,7 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: membership crosses nodes whole, alone and
   std::vector<cluster::member_info> all{m, {"front", "a", 1, "h:1", "", nullptr}};
   auto ball = round_trip(all);
   CHECK(ball == all);
-  cluster::node_health h{{"chat-7b", "reason-70b"}, {"code-13b"}};
+  cluster::node_health h{{"chat-7b", "reason-70b"}, {"code-13b"}, "control", "00ff00ff00ff00ff"};
   auto bh = round_trip(h);
   CHECK(bh == h);
   CHECK(round_trip(cluster::node_health{}) == cluster::node_health{});

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,14 @@ TEST_CASE("cluster config: a front follows its control node, keeps the last-know
   const std::string version = config_of(a->port())["version"];
   REQUIRE(eventually([&] { return config_of(front->port())["version"] == version; }, std::chrono::seconds(5)));
   CHECK(config_of(front->port())["snapshots_received"].get<int>() >= 3);
+  // The front lists each router node's configuration as its balancer last heard it.
+  CHECK(eventually(
+      [&] {
+        const json c = config_of(front->port());
+        return c["nodes"].size() == 1 && c["nodes"][0]["node"] == "a-control" && c["nodes"][0]["version"] == version &&
+               c["nodes"][0]["source"] == "store" && c["converged"] == true;
+      },
+      std::chrono::seconds(3)));
   CHECK(config_of(front->port())["snapshots_refused"] == 0);
 
   // The control node goes away and the front restarts: it serves from its last-known-good
@@ -107,6 +116,15 @@ TEST_CASE("cluster config: a front follows its control node, keeps the last-know
   }
   CHECK(chat_status(front->port(), t2["key"]) == 503);
   CHECK(chat_status(front->port(), t1["key"]) == 401);
+  // What needs the store waits for a control node, and says so.
+  for (const auto& [method, path, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"PUT", "/admin/teams/ops-two/limits", R"({"model":"chat-7b","tokens_per_minute":100})"},
+           {"POST", "/admin/teams", R"({"team":"later"})"}}) {
+    CAPTURE(path);
+    const auto r = request(front->port(), method, path, body, kAdmin);
+    CHECK(r.status == 503);
+    CHECK(r.body.find("changed on a control node, and wait while none is reachable") != std::string::npos);
+  }
 
   // A corrupt last-known-good is not used: the config file's teams, and the reason.
   front->signal(SIGTERM);
