@@ -61,14 +61,18 @@ std::string fetch_file(const endpoint& e, const std::string& key, const artifact
     if (f.bytes) headers.push_back("Range: bytes=" + std::to_string(done) + "-" + std::to_string(last));
     http_head head;
     std::uint64_t got = 0;
+    bool too_much = false;
     const std::string error = http_exchange(e.host, e.port, "GET", e.path + "/" + f.name, headers, "", head,
                                             [&](const char* p, std::size_t n) {
                                               if (head.status != 200 && head.status != 206) return true;
+                                              // Never more than the listed size on disk, whatever is sent.
+                                              if (done + got + n > f.bytes) return !(too_much = true);
                                               if (std::fwrite(p, 1, n, out.get()) != n) write_failed = true;
                                               EVP_DigestUpdate(ctx.get(), p, n);
                                               got += n;
                                               return !write_failed;
                                             });
+    if (too_much) return f.name + ": the endpoint sent more than the " + std::to_string(f.bytes) + " bytes it lists";
     if (!error.empty()) return f.name + ": " + error;
     if (write_failed) return part + ": write failed (disk full?)";
     if (head.status != 200 && head.status != 206)

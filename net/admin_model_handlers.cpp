@@ -117,6 +117,12 @@ void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::
                                             });
   };
   if (!config::is_http_uri(v.weights_uri)) return store(std::move(v), "");
+  // The pulled copy lives under the cache at {model}/{version}: names that stay there.
+  if (!config::valid_artifact_name(v.model))
+    return answer_bad_request(ex, "A model pulled over HTTP needs a name of letters, digits, '.', '_' or '-', not starting with '.'.",
+                              "weights_uri");
+  if (!config::valid_artifact_name(v.version))
+    return answer_bad_request(ex, "'version' must not start with '.' for a version pulled over HTTP.", "version");
   // Weights on an artifact endpoint: pulled here first (off the I/O and actor threads) and
   // verified as they arrive; the store then hashes the pulled copy as it would a local one.
   if (!f.deps.background)

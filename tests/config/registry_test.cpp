@@ -3,10 +3,13 @@
 // rollout rows kept across a reopen.
 #include <doctest/doctest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "config/artifact_pull.hpp"
 #include "config/http_get.hpp"
@@ -89,6 +92,41 @@ TEST_CASE("registry: hashes from a listing equal hashes of the files; artifact n
   CHECK(pull_weights("http://127.0.0.1:1/artifacts/s", d.model() + "/pulled", "", {}).find("cannot connect") != std::string::npos);
   // A registered copy that is already there and intact is used without asking anyone.
   CHECK(pull_weights("http://127.0.0.1:1/artifacts/s", d.model(), "", local.files).empty());
+}
+
+TEST_CASE("registry: an endpoint that sends more than it lists is cut off; nothing of it is kept") {
+  // A hostile artifact endpoint: lists 4 bytes, then sends 100 for the file.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &n);
+  const int port = ntohs(a.sin_port);
+  std::thread server([listener] {
+    const std::string listing = R"({"files":[{"name":"model.safetensors","bytes":4,"sha256":")" + sha256_hex("abcd") + R"("}]})";
+    const std::string answers[] = {
+        "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(listing.size()) + "\r\n\r\n" + listing,
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 100\r\n\r\n" + std::string(100, 'x')};
+    for (const auto& answer : answers) {
+      const int c = ::accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      (void)::recv(c, buf, sizeof buf, 0);
+      (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  });
+  temp_dir d;
+  const std::string dir = d.model() + "/pulled";
+  const std::string why = pull_weights("http://127.0.0.1:" + std::to_string(port) + "/artifacts/s", dir, "", {});
+  server.join();
+  ::close(listener);
+  CHECK(why.find("sent more than the 4 bytes it lists") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir + "/model.safetensors"));
+  CHECK_FALSE(fs::exists(dir + "/.model.safetensors.partial"));
 }
 
 TEST_CASE("registry: SHA-256 of known bytes, and of a model directory's files") {

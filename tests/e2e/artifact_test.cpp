@@ -168,6 +168,15 @@ TEST_CASE("artifacts: a node pulls an http:// version ahead of use, verifies it,
   CHECK(unreachable.status == 400);
   CHECK(unreachable.body.find("cannot connect") != std::string::npos);
   CHECK(run_ops(b.port(), "register tiny-chat v7 " + base + "no-such-set").status == 1);
+  // Names that would leave the cache directory: refused before anything is fetched.
+  json dots = gone;
+  dots["version"] = "..";
+  dots["weights_uri"] = base + "tiny-v2";
+  auto escaped = request(b.port(), "POST", "/admin/models/tiny-chat/versions", dots.dump(), kAdmin);
+  CHECK(escaped.status == 400);
+  dots["version"] = "v6";
+  CHECK(request(b.port(), "POST", "/admin/models/../versions", dots.dump(), kAdmin).status == 400);
+  CHECK_FALSE(fs::exists(root + "/cache/v6"));
 
   // v3 registered, then its files change at the endpoint and B's copy is lost: B cannot
   // verify what it would pull, so it refuses the version and says which file differs.
