@@ -1,7 +1,5 @@
 #include "config/artifact_pull.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -13,6 +11,7 @@
 
 #include "config/config.hpp"
 #include "config/http_get.hpp"
+#include "config/sha256_stream.hpp"
 
 namespace kiln::config {
 
@@ -40,19 +39,11 @@ std::variant<endpoint, std::string> endpoint_of(const std::string& uri) {
   return e;
 }
 
-std::string hex(const unsigned char* p, unsigned n) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) out += {digits[p[i] >> 4], digits[p[i] & 15]};
-  return out;
-}
-
 // Fetches one file by byte ranges into `part`, hashing as it goes; "" or why.
 std::string fetch_file(const endpoint& e, const std::string& key, const artifact_file& f, const std::string& part) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(part.c_str(), "wb"), std::fclose);
   if (!out) return part + ": cannot be written";
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  sha256_stream hash;
   std::uint64_t done = 0;
   bool write_failed = false;
   while (done < f.bytes || (f.bytes == 0 && done == 0)) {
@@ -68,7 +59,7 @@ std::string fetch_file(const endpoint& e, const std::string& key, const artifact
                                               // Never more than the listed size on disk, whatever is sent.
                                               if (done + got + n > f.bytes) return !(too_much = true);
                                               if (std::fwrite(p, 1, n, out.get()) != n) write_failed = true;
-                                              EVP_DigestUpdate(ctx.get(), p, n);
+                                              hash.update(p, n);
                                               got += n;
                                               return !write_failed;
                                             });
@@ -84,10 +75,7 @@ std::string fetch_file(const endpoint& e, const std::string& key, const artifact
     if (head.status == 200) break;  // the whole file at once
   }
   if (std::fflush(out.get()) != 0) return part + ": write failed (disk full?)";
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &n);
-  const std::string sum = hex(digest, n);
+  const std::string sum = hash.hex_digest();
   if (done != f.bytes && f.bytes != 0) return f.name + ": " + std::to_string(done) + " bytes arrived of " + std::to_string(f.bytes);
   if (sum != f.sha256)
     return f.name + ": the bytes that arrived have SHA-256 " + sum + ", the endpoint lists " + f.sha256;

@@ -1,4 +1,5 @@
 #include "config/model_hash.hpp"
+#include "config/sha256_stream.hpp"
 
 #include <openssl/evp.h>
 
@@ -36,21 +37,33 @@ std::string sha256_hex(std::string_view bytes) {
   return hex(digest, n);
 }
 
+struct sha256_stream::ctx {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> md{EVP_MD_CTX_new(), EVP_MD_CTX_free};
+};
+
+sha256_stream::sha256_stream() : c_(std::make_unique<ctx>()) { EVP_DigestInit_ex(c_->md.get(), EVP_sha256(), nullptr); }
+sha256_stream::~sha256_stream() = default;
+
+void sha256_stream::update(const void* p, std::size_t n) { EVP_DigestUpdate(c_->md.get(), p, n); }
+
+std::string sha256_stream::hex_digest() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(c_->md.get(), digest, &n);
+  return hex(digest, n);
+}
+
 std::variant<std::string, std::string> sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::variant<std::string, std::string>(std::in_place_index<1>, path + ": cannot be read");
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  sha256_stream sum;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (in.gcount() > 0) sum.update(buf.data(), static_cast<std::size_t>(in.gcount()));
   }
   if (in.bad()) return std::variant<std::string, std::string>(std::in_place_index<1>, path + ": read failed");
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &n);
-  return std::variant<std::string, std::string>(std::in_place_index<0>, hex(digest, n));
+  return std::variant<std::string, std::string>(std::in_place_index<0>, sum.hex_digest());
 }
 
 std::variant<std::string, std::string> local_dir_of(const std::string& uri) {

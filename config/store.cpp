@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 namespace kiln::config {
@@ -80,6 +81,17 @@ CREATE TABLE region_use(region TEXT, team TEXT, model TEXT, tokens_per_minute RE
 )sql";
 
 const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
+
+// Runs `body` in one transaction: committed when it returns no error, else rolled back and
+// its error returned.
+std::optional<std::string> in_transaction(db& d, const std::function<std::optional<std::string>()>& body) {
+  if (auto e = d.exec("BEGIN;")) return e;
+  if (auto e = body()) {
+    d.exec("ROLLBACK;");
+    return e;
+  }
+  return d.exec("COMMIT;");
+}
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -185,21 +197,15 @@ bool store::empty() {
 }
 
 std::optional<std::string> store::seed(const kiln_config& cfg) {
-  if (auto e = exec("BEGIN;")) return e;
-  for (const auto& t : cfg.teams) {
-    std::optional<std::string> e = add_team(t.name, t.name, t.max_priority);
-    if (!e) {
-      auto id = add_key(t.name, t.api_key);
-      if (auto* err = std::get_if<1>(&id)) e = *err;
+  return in_transaction(*db_, [&]() -> std::optional<std::string> {
+    for (const auto& t : cfg.teams) {
+      if (auto e = add_team(t.name, t.name, t.max_priority)) return e;
+      if (auto id = add_key(t.name, t.api_key); id.index() == 1) return std::get<1>(id);
+      for (const auto& l : t.limits)
+        if (auto e = put_limit(t.name, l)) return e;
     }
-    for (const auto& l : t.limits)
-      if (!e) e = put_limit(t.name, l);
-    if (e) {
-      exec("ROLLBACK;");
-      return e;
-    }
-  }
-  return exec("COMMIT;");
+    return std::nullopt;
+  });
 }
 
 tenancy store::load_tenancy() {
@@ -275,43 +281,39 @@ std::uint64_t store::folded_seq() {
 }
 
 std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq) {
-  if (auto e = exec("BEGIN;")) return e;
-  if (through_seq > 0) {
-    if (auto e = statement(*db_,
-                           "INSERT INTO meter_ledgers(ledger, folded_seq) VALUES(?, ?) ON CONFLICT(ledger) DO UPDATE SET "
-                           "folded_seq = max(meter_ledgers.folded_seq, excluded.folded_seq)")
-                     .bind(1, ledger_)
-                     .bind(2, static_cast<std::int64_t>(through_seq))
-                     .run()) {
-      exec("ROLLBACK;");
-      return e;
+  return in_transaction(*db_, [&]() -> std::optional<std::string> {
+    if (through_seq > 0) {
+      if (auto e = statement(*db_,
+                             "INSERT INTO meter_ledgers(ledger, folded_seq) VALUES(?, ?) ON CONFLICT(ledger) DO UPDATE SET "
+                             "folded_seq = max(meter_ledgers.folded_seq, excluded.folded_seq)")
+                       .bind(1, ledger_)
+                       .bind(2, static_cast<std::int64_t>(through_seq))
+                       .run())
+        return e;
     }
-  }
-  for (const auto& r : rows) {
-    auto e = statement(*db_,
-                       "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
-                       "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                       "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
-                       "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
-                       "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
-                       "output_tokens = usage.output_tokens + excluded.output_tokens, "
-                       "requests = usage.requests + excluded.requests, shed = usage.shed + excluded.shed")
-                 .bind(1, r.team)
-                 .bind(2, r.model)
-                 .bind(3, r.version)
-                 .bind(4, r.minute)
-                 .bind(5, r.prompt_tokens)
-                 .bind(6, r.cached_tokens)
-                 .bind(7, r.output_tokens)
-                 .bind(8, r.requests)
-                 .bind(9, r.shed)
-                 .run();
-    if (e) {
-      exec("ROLLBACK;");
-      return e;
+    for (const auto& r : rows) {
+      if (auto e = statement(*db_,
+                             "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
+                             "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                             "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
+                             "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
+                             "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
+                             "output_tokens = usage.output_tokens + excluded.output_tokens, "
+                             "requests = usage.requests + excluded.requests, shed = usage.shed + excluded.shed")
+                       .bind(1, r.team)
+                       .bind(2, r.model)
+                       .bind(3, r.version)
+                       .bind(4, r.minute)
+                       .bind(5, r.prompt_tokens)
+                       .bind(6, r.cached_tokens)
+                       .bind(7, r.output_tokens)
+                       .bind(8, r.requests)
+                       .bind(9, r.shed)
+                       .run())
+        return e;
     }
-  }
-  return exec("COMMIT;");
+    return std::nullopt;
+  });
 }
 
 std::vector<usage_row> store::usage(const std::string& team, const std::string& model, std::int64_t from_minute,
@@ -329,25 +331,23 @@ std::vector<usage_row> store::usage(const std::string& team, const std::string& 
 }
 
 std::optional<std::string> store::put_region_use(const std::string& region, const std::vector<region_use_row>& rows) {
-  if (auto e = exec("BEGIN;")) return e;
   const std::int64_t now = unix_now();
-  for (const auto& r : rows) {
-    auto e = statement(*db_,
-                       "INSERT INTO region_use(region, team, model, tokens_per_minute, at) VALUES(?, ?, ?, ?, ?) "
-                       "ON CONFLICT(region, team, model) DO UPDATE SET tokens_per_minute = excluded.tokens_per_minute, "
-                       "at = excluded.at")
-                 .bind(1, region)
-                 .bind(2, r.team)
-                 .bind(3, r.model)
-                 .bind(4, r.tokens_per_minute)
-                 .bind(5, now)
-                 .run();
-    if (e) {
-      exec("ROLLBACK;");
-      return e;
+  return in_transaction(*db_, [&]() -> std::optional<std::string> {
+    for (const auto& r : rows) {
+      if (auto e = statement(*db_,
+                             "INSERT INTO region_use(region, team, model, tokens_per_minute, at) VALUES(?, ?, ?, ?, ?) "
+                             "ON CONFLICT(region, team, model) DO UPDATE SET "
+                             "tokens_per_minute = excluded.tokens_per_minute, at = excluded.at")
+                       .bind(1, region)
+                       .bind(2, r.team)
+                       .bind(3, r.model)
+                       .bind(4, r.tokens_per_minute)
+                       .bind(5, now)
+                       .run())
+        return e;
     }
-  }
-  return exec("COMMIT;");
+    return std::nullopt;
+  });
 }
 
 std::vector<region_use_row> store::region_use(std::int64_t within_s) {
