@@ -41,7 +41,10 @@ class collector final : public actors::stream_target {
       : book_(book), region_done_(region_done), sched_(sched), start_(start) {}
   /// Pool indexes by "model@version", so a request counts where it was served (a canary's).
   void set_pools(std::map<std::string, std::uint32_t> pools) { pools_ = std::move(pools); }
+  /// The region was killed: its clients heard nothing more from it.
+  void close() { closed_ = true; }
   void on_tokens(actors::stream_tokens ev) override {
+    if (closed_) return;
     request_record& r = at(ev.id);
     if (r.first_token < 0 && ev.tokens > 0) r.first_token = now();
     if (ev.prompt_tokens >= 0) r.prompt = ev.prompt_tokens;
@@ -49,6 +52,7 @@ class collector final : public actors::stream_target {
     r.output += ev.tokens;
   }
   void on_end(actors::stream_end ev) override {
+    if (closed_) return;
     request_record& r = at(ev.id);
     if (!r.outcome.empty()) return;
     r.end = now();
@@ -62,6 +66,7 @@ class collector final : public actors::stream_target {
     ++region_done_;
   }
   void on_error(actors::stream_error ev) override {
+    if (closed_) return;
     request_record& r = at(ev.id);
     if (!r.outcome.empty()) return;
     r.end = now();
@@ -77,6 +82,7 @@ class collector final : public actors::stream_target {
   run_book& book_;
   std::size_t& region_done_;
   std::map<std::string, std::uint32_t> pools_;
+  bool closed_ = false;
   caf::scheduler::test_coordinator& sched_;
   clock_point start_;
 };
@@ -156,14 +162,50 @@ namespace {
 struct region_run {
   std::unique_ptr<region_rt> rt;
   std::string name;
-  std::vector<std::size_t> arrivals;  ///< indexes into the run's arrivals
+  /// (when it is sent here, index into the run's arrivals), in time order
+  std::vector<std::pair<double, std::size_t>> arrivals;
   std::vector<std::size_t> events;    ///< indexes into the sorted events
   std::vector<std::pair<std::size_t, std::string>> event_log;  ///< by event index
   std::size_t done = 0;  ///< its requests ended (counted by its collector)
   double now = 0;
   double tick = 0;
+  bool killed = false;  ///< a region kill ended it: it reports nothing from then on
   std::string error;
 };
+
+/// A region's processes end at the event's time. When the balancer notices (at once for a
+/// killed process), each of its open streams that had tokens ends with one error event
+/// (replica_lost); one without a token is sent to the survivor whole, as is every arrival from
+/// the kill on (those before the balancer noticed, at that moment).
+void kill_region(region_run& dead, region_run& to, const sim_event& e, run_book& book, region_kill_record& out) {
+  const double at = e.at_s, seen = e.at_s + e.detect_s;
+  dead.rt->advance_to(at);
+  dead.now = at;
+  dead.rt->coll->close();
+  actors::stop_node(dead.rt->node);
+  dead.rt->vt->run_ready();
+  dead.killed = true;
+  out = {dead.name, to.name, at, e.detect_s, 0, 0, 0};
+  for (const auto& [when, i] : dead.arrivals) {
+    request_record& r = book.records[i];
+    if (when >= at) {
+      to.arrivals.emplace_back(std::max(when, seen), i);
+      r.redirected = true;
+      ++out.redirected;
+    } else if (r.outcome.empty() && r.output > 0) {
+      r.outcome = std::string(actors::to_string(actors::errc::replica_lost));
+      r.mid_stream = true;
+      r.end = seen;
+      ++out.lost_mid_stream;
+      ++book.done;
+    } else if (r.outcome.empty()) {
+      r.moved_region = true;
+      to.arrivals.emplace_back(seen, i);
+      ++out.moved;
+    }
+  }
+  std::stable_sort(to.arrivals.begin(), to.arrivals.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+}
 
 }  // namespace
 
@@ -220,12 +262,13 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   for (std::size_t i = 0; i < arrivals.size(); ++i) {
     const arrival& a = arrivals[i];
     const std::uint64_t key = a.conversation.empty() ? i : XXH3_64bits(a.conversation.data(), a.conversation.size());
-    regions[static_cast<std::size_t>(key % regions.size())].arrivals.push_back(i);
+    regions[static_cast<std::size_t>(key % regions.size())].arrivals.emplace_back(a.t, i);
   }
   std::vector<sim_event> events = s.events;
   std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_s < b.at_s; });
   for (std::size_t k = 0; k < events.size(); ++k) {
     const auto& e = events[k];
+    if (e.region_kill()) continue;  // not an event inside the region: the run's (below)
     const std::size_t ri = e.region.empty() ? 0
                                             : static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), e.region) -
                                                                        s.regions.begin());
@@ -238,6 +281,14 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
 
   auto sample = [&](region_run& rr, double t) {
     const region_rt& r = *rr.rt;
+    if (rr.killed) {  // a killed region's pools: nothing left
+      for (const auto& p : r.cfg->pools) {
+        pool_sample ps;
+        ps.t = t;
+        res.samples[pool_index.at(rr.name + "/" + p.model + "@" + p.version)].push_back(std::move(ps));
+      }
+      return;
+    }
     const auto engines = r.gauges->engines();
     const auto replicas = r.gauges->replicas();
     const auto queues = r.gauges->queues();
@@ -265,18 +316,18 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   };
 
   // One region to its end: every arrival sent, each of its requests ended, the duration past.
-  auto drive = [&](region_run& rr, bool report) {
+  auto drive = [&](region_run& rr, bool report, double until) {
     region_rt& r = *rr.rt;
     std::size_t next = 0, next_event = 0;
     while (true) {
-      const double t_arrival = next < rr.arrivals.size() ? arrivals[rr.arrivals[next]].t : 1e300;
+      const double t_arrival = next < rr.arrivals.size() ? rr.arrivals[next].first : 1e300;
       const double t_event = next_event < rr.events.size() ? events[rr.events[next_event]].at_s : 1e300;
       const double t = std::min({t_arrival, t_event, rr.tick});
-      if (t > horizon) break;
+      if (t > horizon || t >= until) break;
       r.advance_to(t);
       rr.now = t;
       if (t == t_arrival) {
-        const std::size_t i = rr.arrivals[next++];
+        const std::size_t i = rr.arrivals[next++].second;
         const arrival& a = arrivals[i];
         request_record& rec = book.records[i];
         rec.arrival = a.t;
@@ -342,10 +393,27 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       }
     }
   };
+  // A killed region runs alone to its kill; what it leaves goes to the survivor, which then
+  // runs with the others (until then no region's traffic touches another's).
+  const auto killed = std::find_if(events.begin(), events.end(), [](const sim_event& e) { return e.region_kill(); });
+  std::size_t dead = regions.size();
+  if (killed != events.end()) {
+    dead = static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), killed->region) - s.regions.begin());
+    drive(regions[dead], dead == 0, killed->at_s);
+    kill_region(regions[dead], regions[(dead + 1) % regions.size()], *killed, book, res.region_kill);
+    const auto& k = res.region_kill;
+    regions[dead].event_log.emplace_back(
+        static_cast<std::size_t>(killed - events.begin()),
+        fmt_time(k.at_s) + ": kill region " + k.region + " (" + std::to_string(k.moved) + " open without a token moved to " +
+            k.survivor + ", " + std::to_string(k.lost_mid_stream) + " ended mid-stream; arrivals from then on to " +
+            k.survivor + ")");
+  }
   {
     std::vector<std::thread> threads;
-    for (std::size_t ri = 1; ri < regions.size(); ++ri) threads.emplace_back(drive, std::ref(regions[ri]), false);
-    drive(regions.front(), true);
+    std::size_t reporter = dead == 0 ? 1 : 0;
+    for (std::size_t ri = 0; ri < regions.size(); ++ri)
+      if (ri != dead && ri != reporter) threads.emplace_back(drive, std::ref(regions[ri]), false, 1e300);
+    drive(regions[reporter], true, 1e300);
     for (auto& th : threads) th.join();
   }
   for (const auto& rr : regions)
@@ -355,7 +423,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   for (const auto& rr : regions) end = std::max(end, rr.now);
   for (auto& rr : regions) {
     while (rr.now < end && rr.tick <= end) {
-      rr.rt->advance_to(rr.tick);
+      if (!rr.killed) rr.rt->advance_to(rr.tick);
       rr.now = rr.tick;
       sample(rr, rr.tick);
       rr.tick += s.report_interval_s;

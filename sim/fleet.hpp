@@ -32,6 +32,8 @@ struct request_record {
   std::string outcome;          ///< "" while open; "completed" or the error code's name
   bool mid_stream = false;      ///< an error after tokens had arrived
   std::int32_t attempts = 1;
+  bool moved_region = false;    ///< its region was killed before its first token: sent to another
+  bool redirected = false;      ///< it arrived for a region already killed: sent to another
 };
 
 /// One pool (in one region) at one report tick.
@@ -57,6 +59,17 @@ struct rollout_record {
   std::string reason;
 };
 
+/// A region killed in the run: what the balancer did with its requests.
+struct region_kill_record {
+  std::string region;    ///< empty: none was killed
+  std::string survivor;  ///< where its traffic went (the next region by preference)
+  double at_s = 0;
+  double detect_s = 0;
+  std::size_t moved = 0;            ///< open, no token yet: sent to the survivor
+  std::size_t lost_mid_stream = 0;  ///< open with tokens: one error event each
+  std::size_t redirected = 0;       ///< arrivals from then on that went to the survivor
+};
+
 struct run_result {
   std::string label;
   std::string policy;
@@ -72,6 +85,7 @@ struct run_result {
   std::uint64_t engine_steps = 0;
   std::vector<std::string> event_log;  ///< what each event hit, with its time
   std::vector<rollout_record> rollouts;  ///< in time order
+  region_kill_record region_kill;
 };
 
 /// Progress while it runs: virtual seconds, real seconds, requests done of all.

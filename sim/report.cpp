@@ -130,6 +130,7 @@ run_summary summarize(const run_result& r, const scenario& s) {
   m.requests = r.requests.size();
   m.retried = r.retried;
   m.virtual_s = r.virtual_s;
+  m.failover = summarize_failover(r);
   for (const auto& d : r.rollouts) {
     run_summary::decision x{d.t, d.version, d.stage, d.decision, d.reason, d.percent, -1};
     if (d.decision == "rollback") {

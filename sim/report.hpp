@@ -25,6 +25,34 @@ struct team_summary {
   double ttft_p95_ms = 0;
 };
 
+/// A region kill's figures: what the balancer did with the region's requests, how long the
+/// kill's errors went on, what overload refused after it (the survivor sheds batch first),
+/// interactive and batch TTFT in the minute after against the minute before, and when the
+/// survivor's autoscaler added replicas and they served. Empty region: none killed.
+struct failover_summary {
+  std::string region, survivor;
+  double at_s = 0, detect_s = 0;
+  std::size_t moved = 0, lost_mid_stream = 0, redirected = 0;
+  std::size_t moved_completed = 0;
+  /// Ended from the kill on with an error that is not an overload refusal (429, 503, a
+  /// wait run out): what the kill itself caused.
+  std::size_t errors_after = 0;
+  double errors_stop_s = 0;  ///< from the kill to the last of those
+  /// Overload refusals (429, 503, a wait run out) of requests arriving from the kill on, by tier.
+  std::size_t refused_interactive = 0, refused_standard = 0, refused_batch = 0;
+  std::size_t batch_after = 0;  ///< batch requests arriving from the kill on
+  double interactive_ttft_p95_before_ms = 0, interactive_ttft_p95_shift_ms = 0;
+  double batch_ttft_p95_before_ms = 0, batch_ttft_p95_shift_ms = 0;
+  double first_scale_up_s = -1;      ///< from the kill to the survivor's first autoscaler add; -1: none
+  double new_replicas_serve_s = -1;  ///< from the kill to the first report with more serving; -1: none
+  std::size_t lost = 0;              ///< requests with no end at all (must be 0)
+};
+
+/// The minute before and after a region kill that TTFT is compared over.
+inline constexpr double kShiftWindowS = 60;
+
+failover_summary summarize_failover(const run_result& r);
+
 /// One run's headline.
 struct run_summary {
   std::string label;
@@ -50,9 +78,12 @@ struct run_summary {
   };
   std::vector<decision> rollouts;
   std::size_t rollbacks = 0;
+  failover_summary failover;
 };
 
 run_summary summarize(const run_result& r, const scenario& s);
+/// summary.md's section on region kills ("" when no run had one).
+std::string failover_section(const std::vector<run_summary>& runs);
 
 /// Writes <dir>/<label>/pool_*.csv, teams.csv, events.txt and the charts; "" or the error.
 std::string write_run(const run_result& r, const scenario& s, const std::string& dir);

@@ -154,8 +154,9 @@ void read_events(const toml::array& arr, std::vector<sim_event>& out) {
     if (!actors::chaos_action_from(e.action) && !e.rollout())
       r.fail("action", "must be kill, freeze, slow, fail, canary, shadow or alias (got \"" + e.action + "\")");
     r.text("target", e.target);
-    if (!actors::chaos_target_from(e.target))
-      r.fail("target", "must be replica, engine or router (got \"" + e.target + "\")");
+    if (!actors::chaos_target_from(e.target) && !e.region_kill())
+      r.fail("target", "must be replica, engine, router or region (got \"" + e.target + "\")");
+    if (e.region_kill() && e.action != "kill") r.fail("action", "must be kill for a region (got \"" + e.action + "\")");
     r.number("count", e.count, 1, 1e6);
     r.text("model", e.model);
     r.text("region", e.region);
@@ -163,9 +164,30 @@ void read_events(const toml::array& arr, std::vector<sim_event>& out) {
     r.number("factor", e.factor, 1, 1e6);
     r.text("version", e.version);
     r.number("percent", e.percent, 0, 100);
+    r.number("detect_s", e.detect_s, 0, 3600);
     if (e.rollout() && e.version.empty()) r.fail("version", "is required for a " + e.action + " event");
     out.push_back(std::move(e));
   }
+}
+
+// At most one region is killed in a run, by name, with another left to take its traffic;
+// nothing else may happen in it from then on.
+void check_region_kill(const scenario& s) {
+  const sim_event* kill = nullptr;
+  for (const auto& e : s.events) {
+    if (!e.region_kill()) continue;
+    if (kill) throw bad_scenario{"events: one region kill per run (" + kill->region + " and " + e.region + ")"};
+    if (e.region.empty()) throw bad_scenario{"events: a region kill names its region"};
+    if (s.regions.size() < 2) throw bad_scenario{"events: a region kill needs a second region in sim.regions to take its traffic"};
+    kill = &e;
+  }
+  if (!kill) return;
+  for (const auto& e : s.events)
+    if (&e != kill && (e.region.empty() ? s.regions.front() : e.region) == kill->region && e.at_s >= kill->at_s) {
+      char at[32];
+      std::snprintf(at, sizeof at, "%g", kill->at_s);
+      throw bad_scenario{"events: region " + kill->region + " is killed at " + at + " s; no later event may hit it"};
+    }
 }
 
 scenario read(toml::table root, const std::string& dir, std::string_view origin) {
@@ -235,6 +257,7 @@ scenario read(toml::table root, const std::string& dir, std::string_view origin)
     if (p.executor != config::executor_kind::sim)
       throw bad_scenario{"pool " + p.model + "@" + p.version +
                          ": the simulator runs the sim executor only (its step time is the cost model)"};
+  check_region_kill(s);
   for (const auto& e : s.events) {
     if (!e.region.empty() && std::find(s.regions.begin(), s.regions.end(), e.region) == s.regions.end())
       throw bad_scenario{"events: unknown region \"" + e.region + "\""};

@@ -18,7 +18,7 @@ namespace kiln::sim {
 struct sim_event {
   double at_s = 0;
   std::string action = "kill";   ///< kill | freeze | slow | fail; canary | shadow | alias (rollouts)
-  std::string target = "replica";  ///< replica | engine | router
+  std::string target = "replica";  ///< replica | engine | router; region (kill only: the whole region)
   int count = 1;
   std::string model;             ///< empty: the first pool's model
   std::string region;            ///< empty: the first region
@@ -26,8 +26,12 @@ struct sim_event {
   double factor = 10;            ///< slow: step time multiplier
   std::string version;           ///< canary, shadow, alias: the version (a pool of the model)
   double percent = 0;            ///< canary, shadow: the share of requests (0 ends the stage)
+  /// region kill: how long until the balancer knows (0: a killed process's connections close
+  /// at once; a frozen node's is the middleman's connection timeout)
+  double detect_s = 0;
 
   bool rollout() const { return action == "canary" || action == "shadow" || action == "alias"; }
+  bool region_kill() const { return target == "region"; }
 };
 
 /// Raise the arrival rate step by step until a step misses the targets.

@@ -58,6 +58,7 @@ std::string write_summary(const std::vector<run_summary>& runs, const scenario& 
     }
     o << "\n" << rollbacks << " rollback(s) over " << runs.size() << " run(s).\n";
   }
+  o << failover_section(runs);
   o << "\n## Runs\n";
   for (const auto& m : runs) {
     const std::string d = file_safe(m.label);
