@@ -77,6 +77,7 @@ child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_co
   pd.gauges = st.d.gauges;
   pd.loader = st.d.loader;
   pd.calendar = st.d.calendar;
+  pd.remote_replicas = !st.d.cfg->cluster.has(config::node_role::worker);
   return {node_state::pool_child(*p),
           [pd](caf::local_actor* parent) mutable {
             pd.node = caf::actor_cast<caf::actor>(parent);

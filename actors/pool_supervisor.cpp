@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/autoscale.hpp"
+#include "actors/remote_replica.hpp"
 #include "actors/replica.hpp"
 
 namespace kiln::actors::detail {
@@ -148,6 +149,10 @@ child_spec replica_spec(stateful* self, caf::timespan cold_start) {
   rd.heartbeat = ms_span(p.heartbeat_ms);
   rd.cold_start = cold_start;
   st.replica_ids.push_back(rd.who.replica_id);
+  if (st.d.remote_replicas)
+    return {rd.who.replica_id,
+            [self, rd](caf::local_actor* parent) { return parent->system().spawn(remote_replica, rd, self->state.router()); },
+            restart_policy::permanent};
   return {rd.who.replica_id,
           [self, rd](caf::local_actor* parent) { return parent->system().spawn(replica, rd, self->state.router()); },
           restart_policy::permanent};

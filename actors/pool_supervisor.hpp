@@ -74,6 +74,9 @@ struct pool_deps {
   std::shared_ptr<actors::loader> loader;
   caf::actor node;  ///< hears every pool_update
   calendar_anchor calendar;  ///< for its autoscaler's schedule
+  /// The node has no worker role: each replica is a stand-in for one hosted on a worker node
+  /// of the region (remote_replica.hpp).
+  bool remote_replicas = false;
 };
 
 /// "<model>-<version>-r<i>"

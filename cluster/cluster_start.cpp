@@ -11,6 +11,7 @@
 
 #include "cluster/balancer.hpp"
 #include "cluster/directory.hpp"
+#include "actors/worker_host.hpp"
 #include "cluster/wire.hpp"
 #include "config/snapshot.hpp"
 
@@ -49,6 +50,8 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
     return "cannot listen for nodes on " + cc.listen.str() + ": " + sys.render(port.error());
   }
   h.port = *port;
+  // Replica stand-ins find their region's workers through it.
+  sys.registry().put(actors::worker_finder_name, h.directory);
   if (cc.has(config::node_role::front)) {
     balancer_deps bd;
     bd.regions = cc.regions;
@@ -60,6 +63,7 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
 }
 
 void stop_cluster(const cluster_handles& h) {
+  if (h.directory) h.directory.home_system().registry().erase(actors::worker_finder_name);
   if (h.balancer) caf::anon_send_exit(h.balancer, caf::exit_reason::user_shutdown);
   if (h.directory) caf::anon_send_exit(h.directory, caf::exit_reason::user_shutdown);
 }

@@ -14,6 +14,7 @@
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_supervisor.hpp"
+#include "actors/worker_host.hpp"
 #include "config/snapshot.hpp"
 
 namespace kiln::cluster {
@@ -58,6 +59,21 @@ void learn(self_ptr self, const std::vector<member_info>& told);
 
 bool has_role(const member_info& m, config::node_role r) { return (m.roles & config::role_bit(r)) != 0; }
 bool control_here(const directory_state& st) { return has_role(st.d.self, config::node_role::control); }
+
+// The worker node of this node's region that hosts a replica: highest rendezvous weight of
+// (replica, node), so a replica started again goes back to the same worker while it lives and
+// replicas spread over the workers.
+caf::actor worker_for(const directory_state& st, const std::string& replica_id) {
+  const member_info* best = nullptr;
+  std::uint64_t best_w = 0;
+  for (const auto& [name, m] : st.members) {
+    if (!has_role(m, config::node_role::worker) || m.region != st.d.self.region || !m.directory) continue;
+    const std::string key = replica_id + "/" + name;
+    const std::uint64_t w = std::hash<std::string>{}(key) * 0x9E3779B97F4A7C15ull;
+    if (!best || w > best_w) best = &m, best_w = w;
+  }
+  return best ? best->directory : caf::actor{};
+}
 
 // The control node this node follows: the one of the nearest region (then by name).
 const member_info* followed_control(const directory_state& st) {
@@ -267,6 +283,23 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         std::raise(SIGKILL);
       },
       [self](snapshot_atom, std::string& bytes) { take_config(self, caf::actor_cast<caf::actor_addr>(self->current_sender()), bytes); },
+      [self](actors::find_worker_atom, const std::string& replica_id) -> caf::result<caf::actor> {
+        if (auto w = worker_for(self->state, replica_id)) return w;
+        return caf::make_error(caf::sec::invalid_argument, "region " + self->state.d.self.region + " has no worker node");
+      },
+      [self](actors::host_replica& h) -> caf::result<caf::actor> {
+        auto host = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::worker_host_name));
+        if (!host) return caf::make_error(caf::sec::invalid_argument, "node " + self->state.d.self.node + " is not a worker node");
+        auto rp = self->make_response_promise<caf::actor>();
+        self->request(host, std::chrono::minutes(5), std::move(h))
+            .then([rp](caf::actor& a) mutable { rp.deliver(std::move(a)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](actors::unhost_replica& u) {
+        auto host = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::worker_host_name));
+        if (host) self->send(host, std::move(u));
+      },
       [self](actors::request& r) {
         auto admission = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::admission_name));
         if (admission) return self->send(admission, std::move(r));

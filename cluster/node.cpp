@@ -19,6 +19,7 @@
 
 #include "actors/loader.hpp"
 #include "actors/node_supervisor.hpp"
+#include "actors/worker_host.hpp"
 #include "config/db.hpp"
 #include "config/store.hpp"
 #include "net/http_server.hpp"
@@ -75,6 +76,8 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
       out << "\n";
     }
   }
+  if (!region_node && cfg.cluster.has(config::node_role::worker))
+    out << "  worker: hosts replicas of its region's pools for the router node\n";
   for (const auto& p : cfg.pools)
     if (region_node)
     out << "  model " << p.model << " version " << p.version << (cfg.live_version(p.model) == p.version ? " (live)" : "")
@@ -96,6 +99,11 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
   out << "  admin key " << admin_key << "\n";
   if (region_node) out << "  store " << config::redacted_store_path(store_path) << "\n";
   if (!capture_path.empty()) out << "  capturing served requests to " << capture_path << " (replay: kiln sim --trace)\n";
+  if (!region_node && cfg.cluster.has(config::node_role::worker)) {
+    out << "  requests go to its region's router node; this node answers /healthz and /metrics\n";
+    out.flush();
+    return;
+  }
   if (example_key.empty()) example_key = "KEY";
   out << "try:\n  curl -N " << url << "/v1/chat/completions -H 'Authorization: Bearer "
       << example_key << "' -H 'Content-Type: application/json' -d '{\"model\":\""
@@ -218,8 +226,10 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     if (c->artifacts.key.empty()) c->artifacts.key = admin_key;
     return std::shared_ptr<const config::kiln_config>(std::move(c));
   }();
-  // A front-only node holds no store, pools or admission: its requests go to the regions.
+  // A front-only node holds no store, pools or admission: its requests go to the regions. A
+  // worker-only node hosts replicas for its region's router node and serves no requests itself.
   const bool region_node = cfg->cluster.has(config::node_role::router);
+  const bool worker_only = !region_node && cfg->cluster.has(config::node_role::worker);
   const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
   std::unique_ptr<config::store> store;
   std::shared_ptr<config::tenancy_board> tenants;
@@ -254,7 +264,11 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   auto gauges = std::make_shared<actors::fleet_gauges>();
   gauges->set_config_state(config_source);
   auto ids = std::make_shared<actors::request_ids>();
-  caf::actor node;
+  caf::actor node, host;
+  if (worker_only) {
+    host = sys.spawn(actors::worker_host, actors::worker_host_deps{cfg, gauges, loader});
+    sys.registry().put(actors::worker_host_name, host);
+  }
   if (region_node) {
     auto spawned = spawn_region(sys, cfg, std::move(store), store_path, tenants, gauges, loader, ids->origin(), opts);
     if (auto* e = std::get_if<std::string>(&spawned)) {
@@ -307,6 +321,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     server.stop();
     stop_cluster(joined);
     if (node) actors::stop_node(node);
+    if (host) caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
     sys.await_all_actors_done();
     return 1;
   }
@@ -328,7 +343,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
       pthread_setname_np(pthread_self(), "kiln.io");  // the front's own CPU shows per thread in /proc
       ioc.run();
     });
-  if (region_node ? wait_until_ready(sys, node, *cfg, stopping) : wait_for_a_region(*gauges, stopping)) {
+  if (worker_only || (region_node ? wait_until_ready(sys, node, *cfg, stopping) : wait_for_a_region(*gauges, stopping))) {
     server.set_ready();
     print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,
                  opts.capture_path, joined.port);
@@ -338,6 +353,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   server.stop();
   stop_cluster(joined);
   if (node) actors::stop_node(node);
+  if (host) caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
   sys.await_all_actors_done();
   std::fprintf(stderr, "kiln: stopped\n");
   return 0;

@@ -175,10 +175,13 @@ cluster_config read_cluster(const toml::table& t) {
     throw bad_config("cluster.connection_timeout_ms must be longer than cluster.heartbeat_ms");
   if (c.listen.port == 0 && !c.seeds.empty()) throw bad_config("cluster.seeds needs cluster.listen");
   if (c.listen.port == 0 && c.roles != all_roles) throw bad_config("cluster.roles needs cluster.listen (a node alone has every role)");
-  const bool region_node = c.has(node_role::router) || c.has(node_role::worker) || c.has(node_role::control);
-  if (region_node && (!c.has(node_role::router) || !c.has(node_role::worker) || !c.has(node_role::control)))
-    throw bad_config("cluster.roles: router, worker and control run together on one node for now (front may run alone)");
-  if (!c.has(node_role::router) && c.seeds.empty()) throw bad_config("cluster.seeds: a front-only node needs seeds to find its regions");
+  if (c.has(node_role::router) != c.has(node_role::control))
+    throw bad_config("cluster.roles: router and control run together on one node for now (a worker or a front may run alone)");
+  if (c.has(node_role::worker) && !c.has(node_role::router) && c.has(node_role::front))
+    throw bad_config("cluster.roles: a worker node without the router role runs no front (its region's router node does)");
+  if (!c.has(node_role::router) && c.seeds.empty())
+    throw bad_config(std::string("cluster.seeds: a ") + (c.has(node_role::worker) ? "worker" : "front") +
+                     "-only node needs seeds to find its " + (c.has(node_role::worker) ? "region's router node" : "regions"));
   return c;
 }
 
@@ -435,7 +438,9 @@ kiln_config read_root(const toml::table& root) {
   if (std::find(c.cluster.regions.begin(), c.cluster.regions.end(), c.region) == c.cluster.regions.end())
     c.cluster.regions.insert(c.cluster.regions.begin(), c.region);
   if (c.pools.empty()) throw bad_config("pools: at least one [[pools]] entry is required");
-  if (c.teams.empty()) throw bad_config("teams: at least one [[teams]] entry is required");
+  // A worker-only node serves no requests: its teams would go unused.
+  const bool worker_only = c.cluster.has(node_role::worker) && !c.cluster.has(node_role::router);
+  if (c.teams.empty() && !worker_only) throw bad_config("teams: at least one [[teams]] entry is required");
   return c;
 }
 

@@ -214,8 +214,13 @@ void chat_call::start(actors::request r) {
   ex_->after(f_.deps.cfg->longest_request_ms() + 10000, [w = weak_from_this()] {
     if (auto c = w.lock()) c->fail(to_api_error(actors::errc::timed_out, "The request was lost inside kiln."));
   });
-  if (!actors::submit(*f_.deps.sys, std::move(r)))
-    fail(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
+  if (actors::submit(*f_.deps.sys, std::move(r))) return;
+  const auto& cl = f_.deps.cfg->cluster;
+  if (cl.has(config::node_role::worker) && !cl.has(config::node_role::router) && !cl.has(config::node_role::front))
+    return fail(to_api_error(actors::errc::unavailable, "Node " + cl.node +
+                                                            " is a worker node: it hosts replicas for its region's router "
+                                                            "node, which serves requests; send them there."));
+  fail(to_api_error(actors::errc::shutting_down, "kiln is shutting down; retry on another node"));
 }
 
 // How the requested model writes tool calls, when the request offers tools and allows them.

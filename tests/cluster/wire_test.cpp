@@ -10,6 +10,8 @@
 #include <caf/io/all.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/replica.hpp"
+#include "actors/worker_host.hpp"
 #include "cluster/wire.hpp"
 #include "tests/cluster/echo_process.hpp"
 
@@ -216,4 +218,65 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: membership crosses nodes whole, alone and
   auto bh = round_trip(h);
   CHECK(bh == h);
   CHECK(round_trip(cluster::node_health{}) == cluster::node_health{});
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "wire: what passes between a router node and its worker nodes crosses whole") {
+  const caf::actor router = local_actor(), engine = local_actor();
+  actors::host_replica h{"chat-7b-v1-r2", "chat-7b", "v1", "a", router, 360000};
+  auto bh = round_trip(h);
+  CHECK(bh.replica_id == "chat-7b-v1-r2");
+  CHECK(bh.model == "chat-7b");
+  CHECK(bh.version == "v1");
+  CHECK(bh.region == "a");
+  CHECK(bh.router == router);  // back home as the same local actor
+  CHECK(bh.cold_start_ms == 360000);
+  CHECK(round_trip(actors::unhost_replica{"chat-7b-v1-r2"}).replica_id == "chat-7b-v1-r2");
+
+  actors::replica_status s;
+  s.replica_id = "chat-7b-v1-r0";
+  s.phase = actors::replica_phase::draining;
+  s.engine = engine;
+  s.load = {3, 5, 123456789012LL, 7, 8, 9};
+  s.restarts = 2;
+  auto bs = round_trip(s);
+  CHECK(bs.replica_id == s.replica_id);
+  CHECK(bs.phase == actors::replica_phase::draining);
+  CHECK(bs.engine == engine);
+  CHECK(bs.load.waiting == 3);
+  CHECK(bs.load.running == 5);
+  CHECK(bs.load.tokens_in_flight == 123456789012LL);
+  CHECK(bs.load.received_tokens == 7);
+  CHECK(bs.load.prompt_tokens_total == 8);
+  CHECK(bs.load.cached_tokens_total == 9);
+  CHECK(bs.restarts == 2);
+  CHECK_FALSE(round_trip(actors::replica_status{}).engine);  // none yet: stays none
+
+  CHECK(round_trip(actors::router_is{router}).router == router);
+  auto bf = round_trip(actors::first_token{{5, 6}, 2});
+  CHECK(bf.id == actors::request_id{5, 6});
+  CHECK(bf.attempt == 2);
+  actors::job_done d{{5, 6}, 1, engine::finish_reason::length, {100, 20, 64}, "chat-7b-v1-r0", 41.5};
+  auto bd = round_trip(d);
+  CHECK(bd.id == d.id);
+  CHECK(bd.attempt == 1);
+  CHECK(bd.finish == engine::finish_reason::length);
+  CHECK(bd.usage.prompt_tokens == 100);
+  CHECK(bd.usage.completion_tokens == 20);
+  CHECK(bd.usage.cached_tokens == 64);
+  CHECK(bd.replica_id == "chat-7b-v1-r0");
+  CHECK(bd.engine_ttft_ms == 41.5);
+  actors::job_failed jf{{5, 7}, 0, actors::errc::engine_failed, "device lost", {10, 3, 0}};
+  auto bjf = round_trip(jf);
+  CHECK(bjf.code == actors::errc::engine_failed);
+  CHECK(bjf.message == "device lost");
+  CHECK(bjf.usage.completion_tokens == 3);
+  CHECK(round_trip(actors::cancel_job{{8, 9}}).id == actors::request_id{8, 9});
+  actors::chaos_order o{actors::chaos_action::slow, 2.5, 40};
+  auto bo = round_trip(o);
+  CHECK(bo.action == actors::chaos_action::slow);
+  CHECK(bo.seconds == 2.5);
+  CHECK(bo.factor == 40);
+  auto bc = round_trip(actors::engine_chaos{o, true});
+  CHECK(bc.kill);
+  CHECK(bc.order.factor == 40);
 }

@@ -91,7 +91,16 @@ TEST_CASE("cluster config: bad entries give one line naming the key") {
         "n.toml: cluster.roles needs cluster.listen (a node alone has every role)");
   CHECK(error_of("[cluster]\nroles = [\"front\"]\nlisten = \"h:1\"\n") ==
         "n.toml: cluster.seeds: a front-only node needs seeds to find its regions");
-  CHECK(error_of("[cluster]\nroles = [\"router\"]\nlisten = \"h:1\"\n").find("router, worker and control run together") !=
+  CHECK(error_of("[cluster]\nroles = [\"router\"]\nlisten = \"h:1\"\n").find("router and control run together") !=
+        std::string::npos);
+  CHECK(error_of("[cluster]\nroles = [\"control\", \"worker\"]\nlisten = \"h:1\"\n").find("router and control run together") !=
+        std::string::npos);
+  // A router node whose replicas run on worker nodes; a worker node alone (with seeds).
+  CHECK(error_of("[cluster]\nroles = [\"front\", \"router\", \"control\"]\nlisten = \"h:1\"\n").empty());
+  CHECK(error_of("[cluster]\nroles = [\"worker\"]\nlisten = \"h:1\"\nseeds = [\"h:2\"]\n").empty());
+  CHECK(error_of("[cluster]\nroles = [\"worker\"]\nlisten = \"h:1\"\n") ==
+        "n.toml: cluster.seeds: a worker-only node needs seeds to find its region's router node");
+  CHECK(error_of("[cluster]\nroles = [\"front\", \"worker\"]\nlisten = \"h:1\"\nseeds = [\"h:2\"]\n").find("runs no front") !=
         std::string::npos);
   // Heartbeats: the timeout must be longer than the interval (at the edge: equal fails).
   CHECK(error_of("[cluster]\nlisten = \"h:1\"\nheartbeat_ms = 500\nconnection_timeout_ms = 500\n") ==

@@ -1,0 +1,173 @@
+// A router node whose replicas run on worker nodes of its region (real processes on
+// 127.0.0.1): requests served across the nodes; a worker killed under load: its streams that
+// had tokens end with one error event, the others complete, and its replicas start again on
+// the surviving worker.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+#include "tests/support/stream_client.hpp"
+
+using namespace kiln::test;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+std::string node_config(int replicas, const std::string& cluster) {
+  std::string c = test_config(replicas, 2000, 400);
+  c.replace(c.find("region = \"local\""), 16, "region = \"a\"");
+  c.replace(c.find("max_running = 128"), 17, "max_running = 3");
+  // Answers run to max_tokens: a stream lasts as long as the test needs it to.
+  c.replace(c.find("min_output_tokens = 200"), 23, "min_output_tokens = 9000");
+  c.replace(c.find("max_output_tokens = 400"), 23, "max_output_tokens = 9000");
+  return c + "[cluster]\n" + cluster + "heartbeat_ms = 300\nconnection_timeout_ms = 1000\n";
+}
+
+// The router node dials its workers too: both are members before its replicas are placed.
+std::string router_node(int port, int replicas, int w1, int w2) {
+  return node_config(replicas, "node = \"a-router\"\nroles = [\"router\", \"control\"]\nlisten = \"127.0.0.1:" +
+                                   std::to_string(port) + "\"\nseeds = [\"127.0.0.1:" + std::to_string(w1) +
+                                   "\", \"127.0.0.1:" + std::to_string(w2) + "\"]\n");
+}
+
+std::string worker_node(const std::string& name, int port, int router_port) {
+  return node_config(1, "node = \"" + name + "\"\nroles = [\"worker\"]\nlisten = \"127.0.0.1:" + std::to_string(port) +
+                            "\"\nseeds = [\"127.0.0.1:" + std::to_string(router_port) + "\"]\n");
+}
+
+const std::vector<std::string> kTeam = {"Authorization: Bearer key-search", "Content-Type: application/json"};
+const std::vector<std::string> kAdmin = {"Authorization: Bearer key-admin"};
+
+std::string chat(int max_tokens, bool stream, const std::string& text) {
+  return json{{"model", "chat-7b"}, {"stream", stream}, {"max_tokens", max_tokens},
+              {"messages", {{{"role", "user"}, {"content", text}}}}}
+      .dump();
+}
+
+// The replica ids a worker's log says it hosts (each start once).
+std::multiset<std::string> hosted(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::multiset<std::string> ids;
+  const std::regex line("kiln: worker: hosting replica (\\S+)");
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) ids.insert(m[1]);
+  }
+  return ids;
+}
+
+bool all_serving(int port, std::size_t replicas) {
+  auto r = request(port, "GET", "/admin/pools/chat-7b/state", "", kAdmin);
+  if (r.status != 200) return false;
+  const json st = json::parse(r.body, nullptr, false);
+  if (!st.contains("replicas") || st["replicas"].size() != replicas) return false;
+  for (const auto& x : st["replicas"])
+    if (x["state"] != "serving" || x["in_ranking"] != true) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a lost worker's start again on another") {
+  const int pr = free_port(), p1 = free_port(), p2 = free_port();
+  const std::string log1 = "/tmp/kiln_worker_test_" + std::to_string(::getpid()) + "_w1.log";
+  const std::string log2 = "/tmp/kiln_worker_test_" + std::to_string(::getpid()) + "_w2.log";
+  // Workers first: they dial the router node until it listens; it is ready once its replicas,
+  // hosted on them, serve.
+  auto w1 = std::make_unique<kiln_process>(worker_node("a-w1", p1, pr), process_options{log1});
+  auto w2 = std::make_unique<kiln_process>(worker_node("a-w2", p2, pr), process_options{log2});
+  kiln_process router(router_node(pr, 4, p1, p2));
+  REQUIRE(eventually([&] { return all_serving(router.port(), 4); }, 20s));
+  const auto on1 = hosted(log1), on2 = hosted(log2);
+  MESSAGE("worker a-w1 hosts " << on1.size() << ", a-w2 hosts " << on2.size() << " of 4 replicas");
+  CHECK(on1.size() + on2.size() == 4);
+
+  // A worker node serves no requests itself: a clear 503 says where they go.
+  auto at_worker = request(w1->port(), "POST", "/v1/chat/completions", chat(4, false, "to a worker"), kTeam);
+  CHECK(at_worker.status == 503);
+  CHECK(at_worker.body.find("is a worker node") != std::string::npos);
+  CHECK(request(w1->port(), "GET", "/healthz", "", {}).status == 200);
+
+  // A whole answer through the router node from a replica on a worker node.
+  auto first = request(router.port(), "POST", "/v1/chat/completions", chat(8, false, "Hello from a worker"), kTeam);
+  REQUIRE(first.status == 200);
+  CHECK(json::parse(first.body)["usage"]["completion_tokens"] == 8);
+
+  // Streams (distinct prompts: they spread over the replicas); the busier worker is killed
+  // while some stream and some wait.
+  const bool kill_first = on1.size() >= on2.size();
+  std::vector<stream_spec> specs;
+  for (int i = 0; i < 16; ++i) specs.push_back({chat(300, true, "stream " + std::to_string(i) + " of the worker test"), kTeam, i * 20});
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1200ms);
+    (kill_first ? w1 : w2)->signal(SIGKILL);
+  });
+  auto results = run_streams(router.port(), specs, 60);
+  killer.join();
+  int completed = 0, failed_mid_stream = 0, failed_before = 0;
+  for (const auto& r : results) {
+    CHECK(r.terminals == 1);  // exactly one end: a finish, one error event or one error answer
+    CHECK(r.after_done == 0);
+    if (r.status != 200) {
+      // Waiting when its replica was lost, and no other could take it at once (the others full
+      // or the retry budget spent): an error answer before any token, to retry.
+      ++failed_before;
+      CHECK(r.status == 503);
+      CHECK(r.content.empty());
+      CHECK(r.retry_after >= 1);
+    } else if (r.error_mid_stream) {
+      ++failed_mid_stream;
+      CHECK(r.error_code == "replica_lost");
+      CHECK_FALSE(r.content.empty());
+    } else {
+      CHECK(r.finished);
+      CHECK(r.completion_tokens == 300);
+      ++completed;
+    }
+  }
+  MESSAGE("of 16 streams: " << failed_mid_stream << " lost mid-stream with the worker, " << failed_before
+                            << " refused before a token, " << completed << " completed");
+  CHECK(failed_mid_stream >= 1);
+  CHECK(completed >= 1);
+  CHECK(completed + failed_mid_stream + failed_before == 16);
+
+  // The lost worker's replicas start again on the other; the pool serves with 4 again.
+  CHECK(eventually([&] { return all_serving(router.port(), 4); }, 20s));
+  const auto survivor = hosted(kill_first ? log2 : log1);
+  const auto lost = kill_first ? on1 : on2;
+  for (const auto& id : lost) CHECK(survivor.count(id) == 1);
+  auto after = request(router.port(), "POST", "/v1/chat/completions", chat(5, false, "after the loss"), kTeam);
+  REQUIRE(after.status == 200);
+  CHECK(json::parse(after.body)["usage"]["completion_tokens"] == 5);
+  CHECK(eventually([&] { return metric(router.port(), "kiln_open_streams") == 0; }, 5s));
+  // A worker node stops on SIGTERM with its replicas; its stand-ins on the router node wait
+  // for a worker again (the pool's replicas leave the ranking).
+  auto& last = kill_first ? w2 : w1;
+  last->signal(SIGTERM);
+  CHECK(last->wait_exit(10000) == 0);
+  CHECK(eventually([&] {
+    auto r = request(router.port(), "GET", "/admin/pools/chat-7b/state", "", kAdmin);
+    const json st = json::parse(r.body, nullptr, false);
+    if (!st.contains("replicas")) return false;
+    for (const auto& x : st["replicas"])
+      if (x["in_ranking"] == true) return false;
+    return true;
+  }, 10s));
+  auto none = request(router.port(), "POST", "/v1/chat/completions", chat(5, false, "no worker left"), kTeam);
+  CHECK(none.status == 503);
+  std::remove(log1.c_str());
+  std::remove(log2.c_str());
+}
