@@ -61,6 +61,7 @@ struct pool_gauge {
   std::string weights;         ///< cpu executor: f32 | bf16 | int8 (empty until loaded; other executors)
   std::string kernels;         ///< cpu executor: the instruction-set path its products run
   std::string kv;              ///< cpu executor: the KV cache dtype
+  int ranked = -1;             ///< replicas in its router's ranking (-1: not reported yet)
 };
 
 /// (model, version, outcome) -> count; outcomes: completed, retried, failed_mid_stream and
@@ -183,7 +184,16 @@ class fleet_gauges {
   }
   void set_pool(const pool_gauge& g) {
     std::lock_guard lock(mu_);
-    pools_[g.model + "@" + g.version] = g;
+    pool_gauge& p = pools_[g.model + "@" + g.version];
+    const int ranked = p.ranked;
+    p = g;
+    if (g.ranked < 0) p.ranked = ranked;  // the router's figure, kept
+  }
+  /// The router's count of replicas in its ranking (published when it changes).
+  void set_ranked(const std::string& model, const std::string& version, int n) {
+    std::lock_guard lock(mu_);
+    auto it = pools_.find(model + "@" + version);
+    if (it != pools_.end()) it->second.ranked = n;
   }
   void count_outcome(const std::string& model, const std::string& version, const std::string& outcome) {
     std::lock_guard lock(mu_);

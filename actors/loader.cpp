@@ -15,20 +15,26 @@ class thread_loader final : public loader {
   explicit thread_loader(int threads) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
   }
-  ~thread_loader() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~thread_loader() override { stop(); }
   void run(std::function<void()> work) override {
     {
       std::lock_guard lock(mu_);
+      if (stopped_) return;
       queue_.push_back(std::move(work));
     }
     cv_.notify_one();
+  }
+  void stop() override {
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    std::lock_guard lock(mu_);
+    stopped_ = true;
   }
 
  private:
@@ -49,6 +55,7 @@ class thread_loader final : public loader {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
+  bool stopped_ = false;
   std::vector<std::thread> threads_;
 };
 

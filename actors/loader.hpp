@@ -12,6 +12,10 @@ class loader {
  public:
   virtual ~loader() = default;
   virtual void run(std::function<void()> work) = 0;
+  /// Finishes queued work and ends the loader's threads (work run later is dropped). A
+  /// thread that sent to actors holds the actor system's logger until it ends, so a node
+  /// stops its loaders before its actor system, whoever still holds them.
+  virtual void stop() {}
 };
 
 /// `threads` threads of its own; the destructor finishes queued work, then joins them.

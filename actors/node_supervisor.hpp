@@ -95,7 +95,9 @@ caf::behavior node_supervisor(caf::stateful_actor<node_state>* self, node_deps d
 
 // Versions at run time (actors/node_versions.cpp).
 /// The child that supervises one pool.
-child_spec pool_child_spec(caf::stateful_actor<node_state>* self, std::shared_ptr<const config::pool_config> p);
+/// `registered`: a run-time version's registration (0 or 1), for worker nodes.
+child_spec pool_child_spec(caf::stateful_actor<node_state>* self, std::shared_ptr<const config::pool_config> p,
+                           std::vector<config::model_version> registered = {});
 /// One rollout controller per model the node serves.
 std::vector<child_spec> rollout_child_specs(caf::stateful_actor<node_state>* self);
 /// ensure_pool, pool_phase, retire_pool, route_update and the admin rollout calls.

@@ -69,7 +69,8 @@ std::vector<const config::pool_config*> node_state::all_pools() const {
   return out;
 }
 
-child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_config> p) {
+child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_config> p,
+                           std::vector<config::model_version> registered) {
   auto& st = self->state;
   pool_deps pd;
   pd.cfg = p;
@@ -78,6 +79,7 @@ child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_co
   pd.loader = st.d.loader;
   pd.calendar = st.d.calendar;
   pd.remote_replicas = !st.d.cfg->cluster.has(config::node_role::worker);
+  pd.registered = std::move(registered);
   return {node_state::pool_child(*p),
           [pd](caf::local_actor* parent) mutable {
             pd.node = caf::actor_cast<caf::actor>(parent);
@@ -149,7 +151,7 @@ caf::message_handler node_version_calls(stateful* self) {
           if (!cfg) return make_error(errc::unknown_model, "The model '" + v.model + "' has no pool to take a version from.");
           auto p = std::make_shared<const config::pool_config>(std::move(*cfg));
           st.added.push_back(p);
-          st.sup.add(self, pool_child_spec(self, p));
+          st.sup.add(self, pool_child_spec(self, p, {v}));
           return std::string("loading");
         }
         if (!st.sup.child(id)) {

@@ -66,7 +66,9 @@ pool_update pool_state::update() const {
 
 void pool_state::publish() const {
   if (!d.gauges) return;
-  pool_gauge g{d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts(), {}, {}, {}};
+  // Serving: the router's ranking size stands; otherwise nothing ranks.
+  pool_gauge g{d.cfg->model, d.cfg->version, std::string(to_string(status)), sup.restarts(), {}, {}, {},
+               status == pool_status::serving ? -1 : 0};
   if (runtime && runtime->cpu) {
     g.weights = std::string(kernels::cpu::to_string(runtime->cpu->type));
     g.kernels = std::string(kernels::cpu::to_string(runtime->cpu->path));
@@ -151,7 +153,9 @@ child_spec replica_spec(stateful* self, caf::timespan cold_start) {
   st.replica_ids.push_back(rd.who.replica_id);
   if (st.d.remote_replicas)
     return {rd.who.replica_id,
-            [self, rd](caf::local_actor* parent) { return parent->system().spawn(remote_replica, rd, self->state.router()); },
+            [self, rd](caf::local_actor* parent) {
+              return parent->system().spawn(remote_replica, rd, self->state.router(), self->state.d.registered);
+            },
             restart_policy::permanent};
   return {rd.who.replica_id,
           [self, rd](caf::local_actor* parent) { return parent->system().spawn(replica, rd, self->state.router()); },

@@ -19,6 +19,7 @@
 #include "actors/router_shard.hpp"
 #include "actors/supervisor.hpp"
 #include "config/config.hpp"
+#include "config/registry.hpp"
 
 namespace kiln::actors {
 
@@ -77,6 +78,8 @@ struct pool_deps {
   /// The node has no worker role: each replica is a stand-in for one hosted on a worker node
   /// of the region (remote_replica.hpp).
   bool remote_replicas = false;
+  /// A version registered at run time: its registration, for the worker nodes (0 or 1).
+  std::vector<config::model_version> registered;
 };
 
 /// "<model>-<version>-r<i>"

@@ -43,7 +43,8 @@ void place(stateful* self) {
           [self](caf::actor& host) {
             auto& st = self->state;
             const auto cold_ms = std::chrono::duration_cast<std::chrono::milliseconds>(st.d.cold_start).count();
-            host_replica h{st.d.who.replica_id, st.d.who.model, st.d.who.version, st.d.who.region, st.router, cold_ms};
+            host_replica h{st.d.who.replica_id, st.d.who.model, st.d.who.version, st.d.who.region, st.router, cold_ms,
+                           st.registered};
             self->request(host, kHostTimeout, std::move(h))
                 .then(
                     [self, host](caf::actor& r) {
@@ -71,10 +72,12 @@ caf::result<Answer> relay(stateful* self, Msg msg) {
 
 }  // namespace
 
-caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor router) {
+caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor router,
+                             std::vector<config::model_version> registered) {
   auto& st = self->state;
   st.d = std::move(deps);
   st.router = std::move(router);
+  st.registered = std::move(registered);
   st.placed = std::make_shared<std::pair<caf::actor, std::string>>();
   self->attach_functor([placed = st.placed] {
     if (placed->first) caf::anon_send(placed->first, unhost_replica{placed->second});

@@ -20,6 +20,7 @@ namespace kiln::actors {
 struct remote_replica_state {
   replica_deps d;
   caf::actor router;
+  std::vector<config::model_version> registered;  ///< its version's registration (run-time versions)
   caf::actor remote;  ///< the hosted replica, once placed
   bool placing = false;
   bool drained = false;  ///< drained before it was placed: it stays stopped
@@ -29,6 +30,7 @@ struct remote_replica_state {
   static inline const char* name = "kiln.remote_replica";
 };
 
-caf::behavior remote_replica(caf::stateful_actor<remote_replica_state>* self, replica_deps deps, caf::actor router);
+caf::behavior remote_replica(caf::stateful_actor<remote_replica_state>* self, replica_deps deps, caf::actor router,
+                             std::vector<config::model_version> registered);
 
 }  // namespace kiln::actors

@@ -332,11 +332,25 @@ void sweep(stateful* self) {
   arm_sweep(self);
 }
 
+// The ranking's size, for the node's health (a pool none of whose replicas ranks serves
+// nothing), published when it changes. Called on every heartbeat and engine loss.
+void publish_ranked(stateful* self) {
+  auto& st = self->state;
+  if (!st.gauges) return;
+  const auto now = self->clock().now();
+  int n = 0;
+  for (const auto& e : st.replicas) n += st.in_ranking(e, now);
+  if (n == st.ranked_published) return;
+  st.ranked_published = n;
+  st.gauges->set_ranked(st.cfg.model, st.cfg.version, n);
+}
+
 // An engine ended: its requests were lost with it (those it failed itself said so first).
 void on_engine_down(stateful* self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (auto& e : st.replicas)
     if (e.engine && e.engine.address() == dm.source) e.engine = nullptr;
+  publish_ranked(self);
   for (const request_id& id : st.owned.on_engine(dm.source)) {
     if (owned_request* o = st.owned.find(id))
       retry_or_fail(self, *o, errc::replica_lost, "The replica serving the request was lost.");
@@ -388,6 +402,7 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       },
       [self](replica_status& s) {
         if (self->state.on_status(s, self->clock().now())) self->monitor(s.engine);
+        publish_ranked(self);
       },
       [self](request& r) {
         own(self, r);

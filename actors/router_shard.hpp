@@ -144,6 +144,7 @@ struct router_shard_state {
   bool sweep_armed = false;
   mutable std::size_t rr_next = 0;  ///< round_robin: where the next turn starts
   std::uint64_t retried = 0;
+  int ranked_published = -1;  ///< the ranking's size as last published to the gauges
   std::shared_ptr<fleet_gauges> gauges;
 
   /// Heartbeats missed by now: one is missed when half a period has passed beyond when it

@@ -1,6 +1,7 @@
 #include "actors/worker_host.hpp"
 
 #include <cstdio>
+#include <variant>
 
 #include <caf/all.hpp>
 
@@ -55,6 +56,23 @@ caf::expected<caf::actor> start(stateful* self, const host_replica& h, const con
   return r;
 }
 
+// The pool an ask is for: the worker's own, or one derived from a registration; an error line
+// when neither can be had.
+std::variant<const config::pool_config*, std::string> pool_of(stateful* self, const host_replica& h) {
+  auto& st = self->state;
+  const std::string key = key_of(h.model, h.version);
+  if (auto it = st.registered.find(key); it != st.registered.end()) return it->second.get();
+  if (const auto* p = st.d.cfg->pool_for(h.model, h.version)) return p;
+  if (h.registered.empty()) return "this worker node has no pool " + key + " in its config";
+  const config::pool_config* base = st.d.cfg->pool_for(h.model, st.d.cfg->live_version(h.model));
+  for (const auto& p : st.d.cfg->pools)
+    if (!base && p.model == h.model) base = &p;
+  if (!base) return "this worker node has no pool of model " + h.model + " to take version " + h.version + " from";
+  auto made = std::make_shared<const config::pool_config>(config::version_pool(*base, h.registered.front(), st.d.cfg->artifacts));
+  st.registered[key] = made;
+  return made.get();
+}
+
 }  // namespace
 
 caf::behavior worker_host(stateful* self, worker_host_deps deps) {
@@ -78,10 +96,9 @@ caf::behavior worker_host(stateful* self, worker_host_deps deps) {
   return {
       [self](host_replica& h) -> caf::result<caf::actor> {
         auto& st = self->state;
-        const config::pool_config* p = st.d.cfg->pool_for(h.model, h.version);
-        if (!p)
-          return caf::make_error(caf::sec::invalid_argument,
-                                 "this worker node has no pool " + key_of(h.model, h.version) + " in its config");
+        auto found = pool_of(self, h);
+        if (auto* e = std::get_if<std::string>(&found)) return caf::make_error(caf::sec::invalid_argument, *e);
+        const config::pool_config* p = std::get<const config::pool_config*>(found);
         load(self, *p);
         const std::string key = key_of(h.model, h.version);
         if (st.runtimes[key]) return start(self, h, *p);
@@ -97,7 +114,7 @@ caf::behavior worker_host(stateful* self, worker_host_deps deps) {
         auto asks = std::move(st.waiting[m.key]);
         st.waiting.erase(m.key);
         for (auto& [h, rp] : asks) {
-          const config::pool_config* p = st.d.cfg->pool_for(h.model, h.version);
+          const config::pool_config* p = std::get<const config::pool_config*>(pool_of(self, h));
           auto r = start(self, h, *p);
           if (r) rp.deliver(*r);
           else rp.deliver(r.error());

@@ -22,6 +22,23 @@
 #include "actors/loader.hpp"
 #include "actors/pool_runtime.hpp"
 #include "config/config.hpp"
+#include "config/registry.hpp"
+
+namespace kiln::config {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, file_hash& x) {
+  return f(caf::meta::type_name("file_hash"), x.file, x.sha256);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_version& x) {
+  return f(caf::meta::type_name("model_version"), x.model, x.version, x.weights_uri, x.weights_hash, x.tokenizer_hash,
+           x.chat_template, x.chat_template_hash, x.precision, x.gpus_per_replica, x.engine_config,
+           x.load_test_tokens_per_s, x.load_test_tokens_in_flight, x.status, x.registered_at, x.files);
+}
+
+}  // namespace kiln::config
 
 namespace kiln::actors {
 
@@ -34,6 +51,9 @@ using find_worker_atom = caf::atom_constant<caf::atom("findwrk")>;
 inline constexpr caf::atom_value worker_host_name = caf::atom("whost");
 
 /// Start (or find, when asked again) a replica of model@version that reports to `router`.
+/// A version registered at run time comes with its registration (the worker derives its pool
+/// from its own pool of the model, as the router node did, and pulls and checks its weights);
+/// a configured one is the worker's own [[pools]] entry.
 struct host_replica {
   std::string replica_id;
   std::string model;
@@ -41,11 +61,13 @@ struct host_replica {
   std::string region;
   caf::actor router;
   std::int64_t cold_start_ms = 0;
+  std::vector<config::model_version> registered;  ///< 0 or 1
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_replica& x) {
-  return f(caf::meta::type_name("host_replica"), x.replica_id, x.model, x.version, x.region, x.router, x.cold_start_ms);
+  return f(caf::meta::type_name("host_replica"), x.replica_id, x.model, x.version, x.region, x.router, x.cold_start_ms,
+           x.registered);
 }
 
 /// Stop a hosted replica (its stand-in ended).
@@ -66,6 +88,8 @@ struct worker_host_deps {
 
 struct worker_host_state {
   worker_host_deps d;
+  /// Pools of registered versions, derived when first asked for (by model@version).
+  std::map<std::string, std::shared_ptr<const config::pool_config>> registered;
   /// By model@version: what its replicas serve with (null while it loads).
   std::map<std::string, std::shared_ptr<const pool_runtime>> runtimes;
   /// Asks waiting for a pool still loading.

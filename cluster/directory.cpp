@@ -165,7 +165,10 @@ node_health health_of(const directory_state& st) {
   node_health h;
   if (!st.d.gauges) return h;
   std::map<std::string, bool> serving;  // model -> some pool of it serves
-  for (const auto& p : st.d.gauges->pools()) serving[p.model] = serving[p.model] || p.status == "serving";
+  // A pool serves when its supervisor says so and its router ranks a replica (one whose
+  // replicas wait for a worker node ranks none).
+  for (const auto& p : st.d.gauges->pools())
+    serving[p.model] = serving[p.model] || (p.status == "serving" && p.ranked != 0);
   for (const auto& [model, up] : serving) (up ? h.serving : h.unhealthy).push_back(model);
   const auto c = st.d.gauges->config();
   h.config_source = c.source;

@@ -323,6 +323,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     if (node) actors::stop_node(node);
     if (host) caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
     sys.await_all_actors_done();
+    loader->stop();
     return 1;
   }
 
@@ -355,6 +356,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   if (node) actors::stop_node(node);
   if (host) caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
   sys.await_all_actors_done();
+  loader->stop();  // before the actor system ends (see loader::stop)
   std::fprintf(stderr, "kiln: stopped\n");
   return 0;
 }

@@ -258,6 +258,12 @@ std::string render_metrics(const front_metrics& m, const actors::fleet_gauges& g
        [](const pgauge& p) { return p.status == "serving" ? 1 : 0; });
   rows(out, "kiln_pool_restarts_total", "counter", "Routers and replicas restarted by a pool's supervisor.", pools,
        pool_labels, [](const pgauge& p) { return p.restarts; });
+  std::vector<pgauge> ranked;
+  for (const auto& p : pools)
+    if (p.ranked >= 0) ranked.push_back(p);
+  rows(out, "kiln_pool_ranked_replicas", "gauge",
+       "Replicas a pool's router ranks now (serving, beating); 0 while a serving pool has none (its region is unhealthy).",
+       ranked, pool_labels, [](const pgauge& p) { return p.ranked; });
   std::vector<pgauge> cpu_pools;
   for (const auto& p : pools)
     if (!p.kernels.empty()) cpu_pools.push_back(p);

@@ -4,8 +4,11 @@
 // the surviving worker.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -23,8 +26,30 @@
 using namespace kiln::test;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The status of a version's pool as `kiln ops pool` shows it ("absent" when it has none).
+std::string pool_status(int port, const std::string& model, const std::string& version) {
+  const json j = json::parse(run_ops(port, "--json pool " + model).out, nullptr, false);
+  if (!j.is_object() || !j.contains("versions")) return "";
+  for (const auto& v : j["versions"])
+    if (v["version"] == version) {
+      if (v["status"] != "serving") return v["status"];
+      for (const auto& r : v["replicas"])
+        if (r["state"] != "serving") return "replicas " + r["state"].get<std::string>();
+      return "serving";
+    }
+  return "absent";
+}
 
 std::string node_config(int replicas, const std::string& cluster) {
   std::string c = test_config(replicas, 2000, 400);
@@ -91,6 +116,7 @@ TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a
   auto w2 = std::make_unique<kiln_process>(worker_node("a-w2", p2, pr), process_options{log2});
   kiln_process router(router_node(pr, 4, p1, p2));
   REQUIRE(eventually([&] { return all_serving(router.port(), 4); }, 20s));
+  CHECK(eventually([&] { return metric(router.port(), "kiln_pool_ranked_replicas{model=\"chat-7b\",version=\"v1\"}") == 4; }, 3s));
   const auto on1 = hosted(log1), on2 = hosted(log2);
   MESSAGE("worker a-w1 hosts " << on1.size() << ", a-w2 hosts " << on2.size() << " of 4 replicas");
   CHECK(on1.size() + on2.size() == 4);
@@ -168,6 +194,78 @@ TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a
   }, 10s));
   auto none = request(router.port(), "POST", "/v1/chat/completions", chat(5, false, "no worker left"), kTeam);
   CHECK(none.status == 503);
+  // The pool ranks none (serving or, past its restart intensity, degraded): the node reports
+  // the model unhealthy, and a front passes its region over.
+  CHECK(eventually([&] { return metric(router.port(), "kiln_pool_ranked_replicas{model=\"chat-7b\",version=\"v1\"}") == 0; }, 5s));
   std::remove(log1.c_str());
   std::remove(log2.c_str());
+}
+
+TEST_CASE("worker nodes: a version registered at run time is pulled from the artifact endpoint and checked by the worker") {
+  char tmpl[] = "/tmp/kiln-e2e-worker-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const int pr = free_port(), p1 = free_port();
+  const std::string router_log = root + "/router.log";
+  const std::string artifacts = "[artifacts]\ndir = \"" + root + "/art\"\ncache_dir = \"" + root + "/router-cache\"\n";
+  // The router node makes the tiny model (its pool loads the tokenizer); the worker reads it.
+  std::string rc = node_config(1, "node = \"a-router\"\nroles = [\"router\", \"control\"]\nlisten = \"127.0.0.1:" +
+                                      std::to_string(pr) + "\"\nseeds = [\"127.0.0.1:" + std::to_string(p1) + "\"]\n");
+  rc = rc.substr(0, rc.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1") + artifacts + rc.substr(rc.find("[cluster]"));
+  const int http = free_port();
+  kiln_process router(rc, process_options{router_log, 0, http});
+  REQUIRE(eventually([&] { return slurp(router_log).find("pool tiny-chat@v1: cpu executor") != std::string::npos; }, 30s));
+  std::string wc = worker_node("a-w1", p1, pr);
+  wc = wc.substr(0, wc.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1", false) + "[artifacts]\ncache_dir = \"" +
+       root + "/worker-cache\"\n" + wc.substr(wc.find("[cluster]"));
+  kiln_process worker(wc);
+  REQUIRE(eventually([&] { return pool_status(http, "tiny-chat", "v1") == "serving"; }, 30s));
+
+  // v2: the same weights under another name on the router node's artifact endpoint.
+  fs::create_directories(root + "/art");
+  fs::copy(root + "/v1", root + "/art/tiny-v2");
+  auto reg = run_ops(http, "register tiny-chat v2 http://127.0.0.1:" + std::to_string(http) + "/artifacts/tiny-v2");
+  REQUIRE_MESSAGE(reg.status == 0, reg.out);
+  REQUIRE(run_ops(http, "rollout tiny-chat v2 canary 10").status == 0);
+  REQUIRE(eventually([&] { return pool_status(http, "tiny-chat", "v2") == "serving"; }, 30s));
+  // Served by a replica on the worker, from the worker's own pulled copy, checked there.
+  auto pinned = request(http, "POST", "/v1/chat/completions",
+                        "{\"model\":\"tiny-chat@v2\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                        {"Authorization: Bearer key-search"});
+  REQUIRE(pinned.status == 200);
+  CHECK(json::parse(pinned.body)["replica_id"] == "tiny-chat-v2-r0");
+  const std::string pulled = root + "/worker-cache/tiny-chat/v2/model.safetensors";
+  REQUIRE(fs::exists(pulled));
+  CHECK(slurp(pulled) == slurp(root + "/v1/model.safetensors"));
+
+  // The endpoint's file altered after registration, then the worker lost: the worker that
+  // takes its replicas pulls v2 afresh and refuses it, naming the file; v1 moves and serves.
+  {
+    std::fstream f(root + "/art/tiny-v2/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  std::string w2c = worker_node("a-w2", free_port(), pr);
+  w2c = w2c.substr(0, w2c.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1", false) + "[artifacts]\ncache_dir = \"" +
+        root + "/worker2-cache\"\n" + w2c.substr(w2c.find("[cluster]"));
+  kiln_process worker2(w2c);
+  worker.signal(SIGKILL);
+  CHECK(eventually([&] {
+    const std::string log = slurp(router_log);
+    return log.find("replica tiny-chat-v2-r0: not placed on a worker") != std::string::npos &&
+           log.find("model.safetensors", log.find("replica tiny-chat-v2-r0: not placed")) != std::string::npos;
+  }, 30s));
+  CHECK(eventually([&] { return pool_status(http, "tiny-chat", "v1") == "serving"; }, 30s));
+  CHECK_FALSE(fs::exists(root + "/worker2-cache/tiny-chat/v2/model.safetensors"));
+  auto refused = request(http, "POST", "/v1/chat/completions",
+                         "{\"model\":\"tiny-chat@v2\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                         {"Authorization: Bearer key-search"});
+  CHECK(refused.status == 503);
+  auto live = request(http, "POST", "/v1/chat/completions",
+                      "{\"model\":\"tiny-chat@v1\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                      {"Authorization: Bearer key-search"});
+  CHECK(live.status == 200);
+  // The router node stops cleanly (its loader's threads end before its actor system).
+  router.signal(SIGTERM);
+  CHECK(router.wait_exit(15000) == 0);
+  fs::remove_all(root);
 }
