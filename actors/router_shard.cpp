@@ -332,6 +332,8 @@ void sweep(stateful* self) {
   arm_sweep(self);
 }
 
+using rank_atom = caf::atom_constant<caf::atom("rank")>;
+
 // The ranking's size, for the node's health (a pool none of whose replicas ranks serves
 // nothing), published when it changes. Called on every heartbeat and engine loss.
 void publish_ranked(stateful* self) {
@@ -374,8 +376,12 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
   self->state.cfg = std::move(cfg);
   self->state.gauges = std::move(gauges);
   self->set_down_handler([self](caf::down_msg& dm) { on_engine_down(self, dm); });
+  // Replicas leave the ranking by silence too: the count is looked at every heartbeat as well.
+  if (self->state.gauges) self->send(self, rank_atom::value);
   self->set_exit_handler([self](caf::exit_msg& em) {
     end_all(self, errc::unavailable, "The pool of " + self->state.cfg.model + " is stopping.");
+    // A stopped router ranks nothing (its pool may have published so before this arrived).
+    if (auto& g = self->state.gauges) g->set_ranked(self->state.cfg.model, self->state.cfg.version, 0);
     self->quit(em.reason);
   });
   return {
@@ -419,6 +425,10 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
         if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message, f.usage);
       },
       [self](tick_atom) { sweep(self); },
+      [self](rank_atom) {
+        publish_ranked(self);
+        self->delayed_send(self, self->state.cfg.heartbeat, rank_atom::value);
+      },
       [self](state_atom) { return self->state.view(self->clock().now()); },
       [self](chaos_order& o) {
         if (o.action == chaos_action::freeze) freeze(self, o.seconds);

@@ -196,7 +196,14 @@ TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a
   CHECK(none.status == 503);
   // The pool ranks none (serving or, past its restart intensity, degraded): the node reports
   // the model unhealthy, and a front passes its region over.
-  CHECK(eventually([&] { return metric(router.port(), "kiln_pool_ranked_replicas{model=\"chat-7b\",version=\"v1\"}") == 0; }, 5s));
+  const bool unranked = eventually([&] { return metric(router.port(), "kiln_pool_ranked_replicas{model=\"chat-7b\",version=\"v1\"}") == 0; }, 5s);
+  if (!unranked) {
+    const auto m = request(router.port(), "GET", "/metrics");
+    for (std::size_t at = m.body.find("kiln_pool_"); at != std::string::npos; at = m.body.find("kiln_pool_", at + 1))
+      if (m.body.compare(at - 1, 1, "\n") == 0) MESSAGE(m.body.substr(at, m.body.find('\n', at) - at));
+    MESSAGE(request(router.port(), "GET", "/admin/pools/chat-7b/state", "", kAdmin).body);
+  }
+  CHECK(unranked);
   std::remove(log1.c_str());
   std::remove(log2.c_str());
 }

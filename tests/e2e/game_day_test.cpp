@@ -1,0 +1,192 @@
+// The region failover game day with real processes on 127.0.0.1: two regions, each a
+// front+router+control node and a worker node that hosts its replicas. Clients stream through
+// region b's front, whose preference puts region a first (the clients are nearer to a); then
+// every process of region a is killed under load. Streams that had shown a token end with one
+// error event; the others complete in region b; region b keeps interactive whole and pays with
+// batch (it waits; past its wait it would be refused); its autoscaler adds replicas on its
+// worker; what region b served is metered exactly, across a restart of its node.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <csignal>
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/kiln_process.hpp"
+#include "tests/support/stream_client.hpp"
+
+using namespace kiln::test;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+// What every node of a region runs: 2 chat-7b replicas of 4 running sequences and 3,000 tokens
+// in flight each, autoscaled to 4 with a one-second cold start; search is interactive with
+// 90% of the pool guaranteed, batch-jobs is batch.
+std::string region_config(const std::string& region) {
+  std::string c = test_config(2, 2000, 400);
+  c.replace(c.find("region = \"local\""), 16, "region = \"" + region + "\"");
+  c.replace(c.find("max_running = 128"), 17, "max_running = 4\ncapacity_tokens = 3000");
+  c.replace(c.find("min_output_tokens = 200"), 23, "min_output_tokens = 9000");
+  c.replace(c.find("max_output_tokens = 400"), 23, "max_output_tokens = 9000");
+  c.replace(c.find("api_key = \"key-search\"\n"), 23,
+            "api_key = \"key-search\"\nmax_priority = \"interactive\"\n[[teams.limits]]\nmodel = \"chat-7b\"\nguaranteed_share = 0.9\n");
+  c.replace(c.find("[[pools]]"), 9,
+            "[[teams]]\nname = \"batch-jobs\"\napi_key = \"key-batch\"\nmax_priority = \"batch\"\n[[pools]]");
+  return c +
+         "[pools.autoscale]\nmin_replicas = 2\nmax_replicas = 4\nscale_up_at = 0.7\nqueue_trigger = 4\ninterval_s = 0.5\n"
+         "down_every_s = 3600\n[pools.cold_start]\nnode_start_s = 1\n";
+}
+
+std::string cluster_table(const std::string& node, const std::string& roles, int port, const std::vector<int>& seeds) {
+  std::string t = "[cluster]\nnode = \"" + node + "\"\nroles = " + roles + "\nlisten = \"127.0.0.1:" + std::to_string(port) +
+                  "\"\nregions = [\"a\", \"b\"]\nheartbeat_ms = 300\nconnection_timeout_ms = 1000\nseeds = [";
+  for (std::size_t i = 0; i < seeds.size(); ++i) t += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(seeds[i]) + "\"";
+  return t + "]\n";
+}
+
+bool region_up(int port, const std::string& region) {
+  auto r = request(port, "GET", "/admin/regions", "", {"Authorization: Bearer key-admin"});
+  const json j = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !j.contains("regions")) return false;
+  for (const auto& x : j["regions"])
+    if (x.value("region", "") == region) return x.value("status", "") == "up";
+  return false;
+}
+
+std::string chat(int max_tokens, const std::string& text) {
+  return json{{"model", "chat-7b"}, {"stream", true}, {"max_tokens", max_tokens},
+              {"messages", {{{"role", "user"}, {"content", text}}}}}
+      .dump();
+}
+
+const std::vector<std::string> kInteractive = {"Authorization: Bearer key-search", "x-priority: interactive"};
+const std::vector<std::string> kBatch = {"Authorization: Bearer key-batch", "x-priority: batch"};
+
+// Output tokens a team's usage in region b's store holds.
+std::int64_t metered_output(int port, const std::string& team) {
+  auto r = request(port, "GET", "/admin/teams/" + team + "/usage", "", {"Authorization: Bearer key-admin"});
+  const json rows = json::parse(r.body, nullptr, false)["usage"];
+  std::int64_t out = 0;
+  if (rows.is_array())
+    for (const auto& row : rows) out += row["output_tokens"].get<std::int64_t>();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("game day: region a is lost under load; region b takes its streams, keeps interactive, scales, meters exactly") {
+  const int pa = free_port(), paw = free_port(), pb = free_port(), pbw = free_port();
+  auto a_worker = std::make_unique<kiln_process>(region_config("a") + cluster_table("a-worker", "[\"worker\"]", paw, {pa}));
+  kiln_process b_worker(region_config("b") + cluster_table("b-worker", "[\"worker\"]", pbw, {pb}));
+  auto a_edge = std::make_unique<kiln_process>(region_config("a") +
+                                               cluster_table("a-edge", "[\"front\", \"router\", \"control\"]", pa, {paw, pb}));
+  const std::string b_store = "/tmp/kiln-game-day-" + std::to_string(::getpid()) + "-b.db";
+  auto b_edge = std::make_unique<kiln_process>(
+      region_config("b") + cluster_table("b-edge", "[\"front\", \"router\", \"control\"]", pb, {pbw, pa}),
+      process_options{"", 0, 0, b_store});
+  const int front = b_edge->port();
+  REQUIRE(eventually([&] { return region_up(front, "a") && region_up(front, "b"); }, 20s));
+
+  // Wave 1 (0-1.2 s) goes to region a; a is killed at 1.5 s; wave 2 (2.5-4.5 s) finds only b.
+  constexpr int kTokens = 150;
+  std::vector<stream_spec> specs;
+  for (int i = 0; i < 48; ++i)
+    specs.push_back({chat(kTokens, "wave 1 stream " + std::to_string(i)), i % 2 ? kBatch : kInteractive, i * 25});
+  for (int i = 0; i < 40; ++i)
+    specs.push_back({chat(kTokens, "wave 2 stream " + std::to_string(i)), i % 2 ? kBatch : kInteractive, 2500 + i * 50});
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1500ms);
+    a_edge->signal(SIGKILL);
+    a_worker->signal(SIGKILL);
+  });
+  auto results = run_streams(front, specs, 90);
+  killer.join();
+
+  std::vector<double> ttft[2];  // wave 2, completed in b: interactive, batch
+  int lost_mid_stream = 0, moved_to_b = 0, interactive_after = 0, batch_refused = 0, batch_completed = 0;
+  std::int64_t served_by_b[2] = {0, 0};  // output tokens b delivered: interactive, batch
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const bool interactive = i % 2 == 0;
+    const bool wave2 = i >= 48;
+    CHECK(r.terminals == 1);  // exactly one end
+    CHECK(r.after_done == 0);
+    if (r.status != 200) {
+      // Only batch is refused (shed, or its wait run out) while b carries both regions.
+      CHECK_FALSE(interactive);
+      CHECK(r.content.empty());
+      ++batch_refused;
+      continue;
+    }
+    if (r.error_mid_stream) {
+      // Lost with region a after its first tokens: one error event; never in wave 2.
+      CHECK(r.error_code == "replica_lost");
+      CHECK_FALSE(r.content.empty());
+      CHECK_FALSE(wave2);
+      ++lost_mid_stream;
+      continue;
+    }
+    if (!interactive && !r.finished) {  // a batch stream refused after its head was sent
+      ++batch_refused;
+      continue;
+    }
+    CHECK(r.finished);
+    CHECK(r.completion_tokens == kTokens);
+    CHECK(r.region == "b");  // a was killed before any of its streams could finish
+    served_by_b[interactive ? 0 : 1] += r.completion_tokens;
+    if (!wave2) ++moved_to_b;
+    if (wave2 && interactive) ++interactive_after;
+    if (wave2) ttft[interactive ? 0 : 1].push_back(r.ttft_ms);
+    if (!interactive) ++batch_completed;
+  }
+  MESSAGE("game day: " << lost_mid_stream << " streams ended mid-stream with region a, " << moved_to_b
+                       << " moved to b and completed, " << interactive_after << " of 20 interactive after the loss completed; batch: "
+                       << batch_completed << " completed, " << batch_refused << " refused");
+  auto p95 = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(v.size())))];
+  };
+  MESSAGE("after the loss: TTFT p95 interactive " << p95(ttft[0]) << " ms, batch " << p95(ttft[1]) << " ms");
+  // Region b at double load pays with batch: it waits behind interactive.
+  CHECK(p95(ttft[1]) > p95(ttft[0]));
+  CHECK(lost_mid_stream >= 1);
+  CHECK(moved_to_b >= 1);
+  CHECK(interactive_after == 20);  // errors stopped: everything interactive sent a second after the kill completed
+  CHECK(metric(front, "kiln_region_lost_total{region=\"a\"}") == 1);
+  CHECK(metric(front, "kiln_region_failed_mid_stream_total{region=\"a\"}") == lost_mid_stream);
+
+  // Region b's autoscaler added replicas, hosted on its worker, and they serve.
+  CHECK(eventually([&] {
+    auto r = request(front, "GET", "/admin/pools/chat-7b/state", "", {"Authorization: Bearer key-admin"});
+    const json st = json::parse(r.body, nullptr, false);
+    int serving = 0;
+    if (st.contains("replicas"))
+      for (const auto& x : st["replicas"]) serving += x["state"] == "serving";
+    return serving >= 3;
+  }, 15s));
+
+  // What b delivered is what b metered: b's node stopped, its store read by a node started on
+  // it (which folds the usage log it finds first).
+  b_edge->signal(SIGTERM);
+  CHECK(b_edge->wait_exit(15000) == 0);
+  b_edge.reset();
+  {
+    kiln_process reader(region_config("b"), process_options{"", 0, 0, b_store});
+    MESSAGE("region b delivered " << served_by_b[0] << " interactive and " << served_by_b[1]
+                                  << " batch tokens; metered " << metered_output(reader.port(), "search") << " and "
+                                  << metered_output(reader.port(), "batch-jobs"));
+    CHECK(metered_output(reader.port(), "search") == served_by_b[0]);
+    CHECK(metered_output(reader.port(), "batch-jobs") == served_by_b[1]);
+  }
+  remove_store(b_store);
+}
