@@ -92,6 +92,7 @@ struct region_gauge {
   std::uint64_t sent = 0;        ///< requests sent there (retries included)
   std::uint64_t retried = 0;     ///< requests moved away from it after its loss, before a token
   std::uint64_t failed_mid_stream = 0;  ///< requests lost with it after their first token
+  std::uint64_t lost_tokens = 0;  ///< output tokens clients had received of those
   std::uint64_t lost = 0;        ///< times it went from up to down
 };
 

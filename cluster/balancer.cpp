@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/meter.hpp"
 #include "actors/node_supervisor.hpp"
 #include "actors/region_drill.hpp"
 #include "cluster/wire.hpp"
@@ -25,11 +26,21 @@ struct flight {
   std::string region;
   std::set<std::string> tried;  ///< regions that refused it before a token
   bool tokens = false;          ///< a token of it reached the client
+  engine::usage delivered;      ///< what reached the client: its prompt and output tokens
 };
+
+// Counts what an event carries toward what the client received.
+void note_tokens(flight& f, const actors::stream_tokens& ev) {
+  f.tokens = true;
+  f.delivered.completion_tokens += ev.tokens;
+  if (ev.prompt_tokens >= 0) f.delivered.prompt_tokens = ev.prompt_tokens;
+  if (ev.cached_tokens >= 0) f.delivered.cached_tokens = ev.cached_tokens;
+}
 
 struct region_stats {
   std::int64_t in_flight = 0;
   std::uint64_t sent = 0, retried = 0, failed_mid_stream = 0, lost = 0;
+  std::uint64_t lost_tokens = 0;  ///< output tokens clients received from requests lost with it
 };
 
 struct balancer_state {
@@ -109,6 +120,7 @@ void publish(self_ptr self) {
     g.retried = s.retried;
     g.failed_mid_stream = s.failed_mid_stream;
     g.lost = s.lost;
+    g.lost_tokens = s.lost_tokens;
     rows.push_back(std::move(g));
   }
   if (st.d.gauges) st.d.gauges->set_regions(std::move(rows));
@@ -123,6 +135,17 @@ void end_flight(self_ptr self, const request_id& id) {
 
 void fail(self_ptr self, flight& f, actors::errc code, std::string message, std::int32_t retry_after_s) {
   self->send(f.r.sink, actors::stream_error{f.r.id, code, std::move(message), "", retry_after_s});
+}
+
+// A request lost with its region after tokens reached the client: its region's record of it
+// died with its router, so the front meters what the client received, into its own node's
+// usage log (a front with no meter of its own, front-only, cannot; the tokens are counted in
+// kiln_region_lost_tokens_total either way). The version is unknown here: empty.
+void meter_lost(self_ptr self, const flight& f) {
+  auto& st = self->state;
+  st.stats[f.region].lost_tokens += f.delivered.completion_tokens;
+  auto meter = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::meter_name));
+  if (meter) self->send(meter, actors::usage_note{f.r.id, f.r.team, f.r.model, "", f.delivered, true});
 }
 
 // Sends the flight to the nearest region it has not been refused by, passing over regions
@@ -197,6 +220,7 @@ void on_members(self_ptr self, const std::vector<member_info>& all) {
     --from.in_flight;
     if (f.tokens) {
       ++from.failed_mid_stream;
+      meter_lost(self, f);
       fail(self, f, actors::errc::replica_lost,
            "Region " + f.region + " was lost after the response had started; retry the request.", 0);
       st.flights.erase(id);
@@ -229,7 +253,7 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
       [self](actors::stream_tokens& ev) {
         auto it = self->state.flights.find(ev.id);
         if (it == self->state.flights.end()) return;
-        it->second.tokens = true;
+        note_tokens(it->second, ev);
         self->send(it->second.r.sink, std::move(ev));
       },
       [self](actors::stream_batch& b) {
@@ -241,7 +265,7 @@ caf::behavior balancer(self_ptr self, balancer_deps deps) {
         for (auto& ev : b.items) {
           auto it = self->state.flights.find(ev.id);
           if (it == self->state.flights.end()) continue;
-          it->second.tokens = true;
+          note_tokens(it->second, ev);
           if (!sink) sink = it->second.r.sink;
           one_sink = one_sink && sink == it->second.r.sink;
           if (one_sink) known.push_back(std::move(ev));

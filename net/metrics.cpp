@@ -91,6 +91,9 @@ void render_regions(std::string& out, const actors::fleet_gauges& g) {
   rows(out, "kiln_region_failed_mid_stream_total", "counter",
        "Requests that ended with one error event because the region was lost after their first token.", regions, lab,
        [](const rg& r) { return r.failed_mid_stream; });
+  rows(out, "kiln_region_lost_tokens_total", "counter",
+       "Output tokens clients received from requests lost with the region (metered by this front's node where it has a meter).",
+       regions, lab, [](const rg& r) { return r.lost_tokens; });
   rows(out, "kiln_region_lost_total", "counter", "Times the region went from reachable to unreachable.", regions, lab,
        [](const rg& r) { return r.lost; });
 }

@@ -119,6 +119,8 @@ TEST_CASE("cluster: the front serves from its nearest region; a killed region's 
   CHECK(metric(front.port(), "kiln_region_failed_mid_stream_total{region=\"a\"}") == failed_mid_stream);
   CHECK(metric(front.port(), "kiln_region_retried_total{region=\"a\"}") >= 1);
   CHECK(metric(front.port(), "kiln_region_lost_total{region=\"a\"}") == 1);
+  // What those clients had received is counted (a front-only node has no usage log to meter it into).
+  CHECK(metric(front.port(), "kiln_region_lost_tokens_total{region=\"a\"}") >= failed_mid_stream);
   CHECK(metric(front.port(), "kiln_region_up{region=\"a\"}") == 0);
   // Gauges are published every half second.
   CHECK(eventually([&] { return metric(front.port(), "kiln_region_requests_in_flight") == 0; }, std::chrono::seconds(3)));
