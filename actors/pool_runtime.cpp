@@ -1,4 +1,5 @@
 #include "actors/pool_runtime.hpp"
+#include "actors/pool_text.hpp"
 
 #include <filesystem>
 
@@ -38,7 +39,17 @@ std::variant<std::vector<std::int32_t>, std::string> pool_runtime::prompt_for(co
   return std::vector<std::int32_t>(ids.begin(), ids.end());
 }
 
-std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg) {
+namespace {
+std::shared_ptr<const pool_runtime> prepare(const config::pool_config& cfg, bool text_only);
+}  // namespace
+
+std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg) { return prepare(cfg, false); }
+
+std::shared_ptr<const pool_runtime> prepare_pool_text(const config::pool_config& cfg) { return prepare(cfg, true); }
+
+namespace {
+
+std::shared_ptr<const pool_runtime> prepare(const config::pool_config& cfg, bool text_only) {
   auto rt = std::make_shared<pool_runtime>();
   rt->cfg = std::make_shared<const config::pool_config>(cfg);
   switch (cfg.executor) {
@@ -47,6 +58,7 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
       return rt;
     case config::executor_kind::cpu: break;
     case config::executor_kind::cuda:
+      if (text_only) break;  // no engine runs here: no device needed
       if (auto why = engine::cuda_unavailable_reason(); !why.empty()) {
         rt->failure = why;
         return rt;
@@ -74,12 +86,12 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
   }
   // A cpu pool's matrices go to its dtype as they are read (no whole F32 copy at any time).
   std::optional<engine::cpu_model_loader> cpu;
-  if (cfg.executor == config::executor_kind::cpu) {
+  if (cfg.executor == config::executor_kind::cpu && !text_only) {
     std::optional<kernels::cpu::wtype> type;
     if (kernels::cpu::wtype t; kernels::cpu::parse_wtype(cfg.weights_dtype, t)) type = t;
     cpu.emplace(type);
   }
-  auto loaded = engine::load_model_dir(dir, cpu ? cpu->sink() : engine::weight_sink{});
+  auto loaded = engine::load_model_dir(dir, cpu ? cpu->sink() : engine::weight_sink{}, text_only);
   if (auto* e = std::get_if<std::string>(&loaded)) {
     rt->failure = *e;
     return rt;
@@ -101,11 +113,13 @@ std::shared_ptr<const pool_runtime> prepare_pool(const config::pool_config& cfg)
     rt->cpu_kv = cfg.kv_dtype == "f32" || (cfg.kv_dtype.empty() && rt->cpu->type == kernels::cpu::wtype::f32)
                      ? engine::kv_dtype::f32
                      : engine::kv_dtype::bf16;
-  } else {
+  } else if (!text_only) {
     rt->weights = m.weights;
   }
   rt->load_seconds = m.load_seconds;
   return rt;
 }
+
+}  // namespace
 
 }  // namespace kiln::actors

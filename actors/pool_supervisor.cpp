@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/autoscale.hpp"
+#include "actors/pool_text.hpp"
 #include "actors/remote_replica.hpp"
 #include "actors/replica.hpp"
 
@@ -314,8 +315,9 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
   st.d = std::move(deps);
   st.publish();
   self->set_down_handler([self](caf::down_msg& dm) { on_child_down(self, dm); });
-  st.d.loader->run([handle = caf::actor_cast<caf::actor>(self), cfg = st.d.cfg] {
-    caf::anon_send(handle, detail::pool_loaded{prepare_pool(*cfg)});
+  // With its replicas on worker nodes, the pool here only tokenizes: the weights stay on disk.
+  st.d.loader->run([handle = caf::actor_cast<caf::actor>(self), cfg = st.d.cfg, remote = st.d.remote_replicas] {
+    caf::anon_send(handle, detail::pool_loaded{remote ? prepare_pool_text(*cfg) : prepare_pool(*cfg)});
   });
   return {
       [self](detail::pool_loaded& m) {
@@ -325,7 +327,10 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
           std::fprintf(stderr, "kiln: pool unavailable: %s: %s\n", st.d.cfg->model.c_str(), st.runtime->failure.c_str());
           st.status = pool_status::failed;
         } else {
-          if (st.runtime->cpu)
+          if (st.d.remote_replicas)
+            std::fprintf(stderr, "kiln: pool %s@%s: tokenizer and chat template loaded; replicas on worker nodes\n",
+                         st.d.cfg->model.c_str(), st.d.cfg->version.c_str());
+          else if (st.runtime->cpu)
             std::fprintf(stderr, "kiln: pool %s@%s: cpu executor, %s, KV cache %s\n", st.d.cfg->model.c_str(),
                          st.d.cfg->version.c_str(), st.runtime->cpu->describe().c_str(),
                          st.runtime->cpu_kv == engine::kv_dtype::bf16 ? "bf16" : "f32");

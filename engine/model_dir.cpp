@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -116,12 +117,24 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
   return save_llama(dir_name, w, size == "100m" ? dtype::bf16 : dtype::f32);
 }
 
-std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink) {
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink, bool text_only) {
   const auto started = std::chrono::steady_clock::now();
   loaded_model m;
-  auto w = load_llama(dir, sink);
-  if (auto* e = std::get_if<std::string>(&w)) return *e;
-  m.weights = std::get<std::shared_ptr<const llama_weights>>(w);
+  if (text_only) {
+    std::ifstream in(fs::path(dir) / "config.json", std::ios::binary);
+    if (!in) return dir + ": config.json is missing";
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto cfg = parse_llama_config(text.str());
+    if (auto* e = std::get_if<std::string>(&cfg)) return dir + ": " + *e;
+    auto w = std::make_shared<llama_weights>();
+    w->cfg = std::get<llama_config>(cfg);
+    m.weights = std::move(w);
+  } else {
+    auto w = load_llama(dir, sink);
+    if (auto* e = std::get_if<std::string>(&w)) return *e;
+    m.weights = std::get<std::shared_ptr<const llama_weights>>(w);
+  }
   auto t = bpe_tokenizer::load((fs::path(dir) / "tokenizer.json").string());
   if (auto* e = std::get_if<std::string>(&t)) return *e;
   auto tok = std::get<std::shared_ptr<bpe_tokenizer>>(t);

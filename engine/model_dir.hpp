@@ -19,8 +19,11 @@ struct loaded_model {
 };
 
 /// Loads everything; one error line naming the file at fault.
-/// `sink`: as load_llama's (the matrices handed over as they are read).
-std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink = {});
+/// `sink`: as load_llama's (the matrices handed over as they are read). `text_only`: the
+/// config, tokenizer and chat template without the weights (`weights` then holds the config
+/// alone: a node that tokenizes but runs no engine).
+std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink = {},
+                                                       bool text_only = false);
 
 /// Sizes of `make-tiny-model`: "tiny" (a few hundred thousand parameters, for tests),
 /// "small" (a few million), "100m" (about 100 million, for the CPU decode benchmark).

@@ -220,12 +220,19 @@ TEST_CASE("worker nodes: a version registered at run time is pulled from the art
   rc = rc.substr(0, rc.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1") + artifacts + rc.substr(rc.find("[cluster]"));
   const int http = free_port();
   kiln_process router(rc, process_options{router_log, 0, http});
-  REQUIRE(eventually([&] { return slurp(router_log).find("pool tiny-chat@v1: cpu executor") != std::string::npos; }, 30s));
+  REQUIRE(eventually([&] {
+    return slurp(router_log).find("pool tiny-chat@v1: tokenizer and chat template loaded; replicas on worker nodes") !=
+           std::string::npos;
+  }, 30s));
   std::string wc = worker_node("a-w1", p1, pr);
   wc = wc.substr(0, wc.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1", false) + "[artifacts]\ncache_dir = \"" +
        root + "/worker-cache\"\n" + wc.substr(wc.find("[cluster]"));
   kiln_process worker(wc);
   REQUIRE(eventually([&] { return pool_status(http, "tiny-chat", "v1") == "serving"; }, 30s));
+  // The weights are loaded where the engines run: on the worker, not on the router node.
+  CHECK(request(http, "GET", "/metrics").body.find("kiln_cpu_kernels_info{model=\"tiny-chat\"") == std::string::npos);
+  CHECK(request(worker.port(), "GET", "/metrics").body.find("kiln_replica_state{replica=\"tiny-chat-v1-r0\"") !=
+        std::string::npos);
 
   // v2: the same weights under another name on the router node's artifact endpoint.
   fs::create_directories(root + "/art");
