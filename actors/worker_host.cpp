@@ -99,8 +99,12 @@ caf::behavior worker_host(stateful* self, worker_host_deps deps) {
         auto found = pool_of(self, h);
         if (auto* e = std::get_if<std::string>(&found)) return caf::make_error(caf::sec::invalid_argument, *e);
         const config::pool_config* p = std::get<const config::pool_config*>(found);
-        load(self, *p);
         const std::string key = key_of(h.model, h.version);
+        if (auto f = st.failed_at.find(key); f != st.failed_at.end() && self->clock().now() - f->second >= kPrepareRetry) {
+          st.failed_at.erase(f);
+          st.runtimes.erase(key);  // prepared afresh below
+        }
+        load(self, *p);
         if (st.runtimes[key]) return start(self, h, *p);
         auto rp = self->make_response_promise<caf::actor>();
         st.waiting[key].emplace_back(std::move(h), rp);
@@ -109,8 +113,10 @@ caf::behavior worker_host(stateful* self, worker_host_deps deps) {
       [self](detail::host_loaded& m) {
         auto& st = self->state;
         st.runtimes[m.key] = m.runtime;
-        if (!m.runtime->failure.empty())
+        if (!m.runtime->failure.empty()) {
           std::fprintf(stderr, "kiln: worker: pool %s cannot serve: %s\n", m.key.c_str(), m.runtime->failure.c_str());
+          st.failed_at[m.key] = self->clock().now();
+        }
         auto asks = std::move(st.waiting[m.key]);
         st.waiting.erase(m.key);
         for (auto& [h, rp] : asks) {

@@ -5,6 +5,7 @@
 // threads), starts the replica with the router's handle, and answers the replica's handle.
 // From then on the replica beats to the router and its engine takes the router's requests
 // and streams to their sinks directly, across nodes.
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -95,10 +96,15 @@ struct worker_host_state {
   /// Asks waiting for a pool still loading.
   std::map<std::string, std::vector<std::pair<host_replica, caf::typed_response_promise<caf::actor>>>> waiting;
   std::map<std::string, caf::actor> hosted;  ///< by replica id
+  /// Pools that could not be prepared, by model@version: when; asked again after a while,
+  /// they are prepared afresh (an endpoint put right, a disk with room again).
+  std::map<std::string, caf::actor_clock::time_point> failed_at;
   static inline const char* name = "kiln.worker_host";
 };
 
 /// Starts loading every pool in its config at once, so the first replicas start quickly.
+/// A pool that could not be prepared is tried again when asked for at least this long after.
+inline constexpr auto kPrepareRetry = std::chrono::seconds(5);
 caf::behavior worker_host(caf::stateful_actor<worker_host_state>* self, worker_host_deps deps);
 
 }  // namespace kiln::actors

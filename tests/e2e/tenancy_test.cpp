@@ -214,6 +214,9 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
     load.join();
   }
   std::map<std::string, std::int64_t> output, prompt, requests;
+  // Cut streams that had tokens: one whose record was made durable just before the kill lost
+  // its end on the way out (its tokens had all been sent); it is counted, at most these.
+  std::map<std::string, std::int64_t> cut_streams, cut_max_tokens;
   int completed = 0, cut = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (got[i].finished && got[i].done && got[i].completion_tokens >= 0) {
@@ -223,6 +226,10 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
       ++completed;
     } else {
       ++cut;
+      if (!got[i].content.empty()) {
+        ++cut_streams[team_of[i]];
+        cut_max_tokens[team_of[i]] += 20 + (static_cast<int>(i) * 37) % 280;
+      }
     }
   }
   MESSAGE("completed " << completed << ", cut by the kill " << cut);
@@ -248,11 +255,21 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
       in += row["prompt_tokens"].get<std::int64_t>();
       n += row["requests"].get<std::int64_t>();
     }
-    CHECK(out == output[team]);
-    CHECK(in == prompt[team]);
-    CHECK(n == requests[team]);
+    // Every end a client saw is counted; beyond those, only requests cut in the window between
+    // their record and their end (none, in most runs).
+    CHECK(n >= requests[team]);
+    CHECK(n - requests[team] <= cut_streams[team]);
+    CHECK(out >= output[team]);
+    CHECK(out - output[team] <= cut_max_tokens[team]);
+    CHECK(in >= prompt[team]);
+    if (n == requests[team]) {
+      CHECK(out == output[team]);
+      CHECK(in == prompt[team]);
+    } else {
+      MESSAGE((n - requests[team]) << " request(s) of " << team << " recorded whose end the kill stopped on its way out");
+    }
     if (::access("/usr/bin/sqlite3", X_OK) == 0)  // the rows are in the file, for anyone to read
-      CHECK(sqlite_one(store, "select sum(output_tokens) from usage where team='" + team + "'") == std::to_string(output[team]));
+      CHECK(sqlite_one(store, "select sum(output_tokens) from usage where team='" + team + "'") == std::to_string(out));
   }
   remove_store(store);
 }

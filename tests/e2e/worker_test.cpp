@@ -274,6 +274,14 @@ TEST_CASE("worker nodes: a version registered at run time is pulled from the art
                          "{\"model\":\"tiny-chat@v2\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                          {"Authorization: Bearer key-search"});
   CHECK(refused.status == 503);
+  // The endpoint put right: the worker prepares v2 afresh when next asked, and it serves.
+  {
+    std::fstream f(root + "/art/tiny-v2/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put(slurp(root + "/v1/model.safetensors").back());
+  }
+  CHECK(eventually([&] { return pool_status(http, "tiny-chat", "v2") == "serving"; }, 30s));
+  CHECK(slurp(root + "/worker2-cache/tiny-chat/v2/model.safetensors") == slurp(root + "/v1/model.safetensors"));
   auto live = request(http, "POST", "/v1/chat/completions",
                       "{\"model\":\"tiny-chat@v1\",\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                       {"Authorization: Bearer key-search"});
