@@ -27,6 +27,7 @@ struct directory_state {
   std::map<std::string, member_info> members;  ///< by node name, this node included
   std::set<std::string> dial;                  ///< endpoints to reach: seeds and what members told
   std::set<std::string> pending;               ///< dials under way
+  std::set<std::string> seeds_tried;           ///< seeds whose first dial has ended (joined or failed)
   std::vector<caf::actor> watchers;
   // Configuration snapshots.
   std::shared_ptr<const config::tenancy> published_from;  ///< control: the board as last looked at
@@ -207,12 +208,19 @@ void dial(self_ptr self, const std::string& endpoint) {
           [self, endpoint](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             self->state.pending.erase(endpoint);
             auto peer = caf::actor_cast<caf::actor>(ptr);
-            if (!peer) return;
+            if (!peer) return (void)self->state.seeds_tried.insert(endpoint);
             self->request(peer, std::chrono::seconds(3), join_atom::value, self->state.d.self)
-                .then([self](std::vector<member_info>& told) { learn(self, told); },
-                      [](caf::error&) {});
+                .then(
+                    [self, endpoint](std::vector<member_info>& told) {
+                      learn(self, told);
+                      self->state.seeds_tried.insert(endpoint);
+                    },
+                    [self, endpoint](caf::error&) { self->state.seeds_tried.insert(endpoint); });
           },
-          [self, endpoint](caf::error&) { self->state.pending.erase(endpoint); });
+          [self, endpoint](caf::error&) {
+            self->state.pending.erase(endpoint);
+            self->state.seeds_tried.insert(endpoint);
+          });
 }
 
 // What another node knows: itself (first) joins; the others are dialled directly, so no
@@ -287,7 +295,13 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
       },
       [self](snapshot_atom, std::string& bytes) { take_config(self, caf::actor_cast<caf::actor_addr>(self->current_sender()), bytes); },
       [self](actors::find_worker_atom, const std::string& replica_id) -> caf::result<caf::actor> {
-        if (auto w = worker_for(self->state, replica_id)) return w;
+        // Replicas are placed once every seed has been tried (reached or not), so a node's
+        // first replicas spread over the workers it can reach rather than the first to answer.
+        auto& st = self->state;
+        for (const auto& s : st.d.seeds)
+          if (!st.seeds_tried.count(s.str()) && !connected_to(st, s.str()))
+            return caf::make_error(caf::sec::invalid_argument, "node " + st.d.self.node + " is still joining its cluster");
+        if (auto w = worker_for(st, replica_id)) return w;
         return caf::make_error(caf::sec::invalid_argument, "region " + self->state.d.self.region + " has no worker node");
       },
       [self](actors::host_replica& h) -> caf::result<caf::actor> {

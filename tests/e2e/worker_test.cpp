@@ -167,7 +167,7 @@ TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a
   MESSAGE("of 16 streams: " << failed_mid_stream << " lost mid-stream with the worker, " << failed_before
                             << " refused before a token, " << completed << " completed");
   CHECK(failed_mid_stream >= 1);
-  CHECK(completed >= 1);
+  if (!on1.empty() && !on2.empty()) CHECK(completed >= 1);  // the other worker's replicas served on
   CHECK(completed + failed_mid_stream + failed_before == 16);
 
   // The lost worker's replicas start again on the other; the pool serves with 4 again.
