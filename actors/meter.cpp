@@ -13,6 +13,7 @@ namespace kiln::actors::detail {
 struct wal_replayed {
   std::vector<config::usage_record> records;
   std::vector<std::string> closed;  ///< segments holding them
+  std::uint64_t noted = 0;          ///< the watermark last noted beside the log (a remote store)
 };
 struct wal_written {
   std::string error;
@@ -38,6 +39,7 @@ namespace {
 using stateful = caf::stateful_actor<meter_state>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using fold_atom = caf::atom_constant<caf::atom("fold")>;
+using refold_atom = caf::atom_constant<caf::atom("refold")>;
 
 config::usage_record record_of(stateful* self, const usage_note& n) {
   auto& st = self->state;
@@ -111,28 +113,60 @@ void fold_now(stateful* self) {
   });
 }
 
+// The store did not take a fold (away: a control node on another node, say): its records stay
+// in the log and are folded again every few seconds until it does; said once per outage.
 void fold_failed(stateful* self, const std::string& why) {
   auto& st = self->state;
   st.folding = false;
-  std::fprintf(stderr, "kiln: usage fold failed (kept for the next): %s\n", why.c_str());
+  if (!st.fold_failing)
+    std::fprintf(stderr, "kiln: usage fold failed (kept in the usage log, tried again every %lld s): %s\n",
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(st.d.refold_every).count()),
+                 why.c_str());
+  st.fold_failing = true;
   st.durable.insert(st.durable.begin(), st.folding_batch.begin(), st.folding_batch.end());
   st.folding_batch.clear();
+  if (!st.refold_armed) {
+    st.refold_armed = true;
+    self->delayed_send(self, st.d.refold_every, refold_atom::value);
+  }
+}
+
+// Sends the fold in progress; the store applies it once. A fold the store partly held already
+// (its answer lost, or a node that restarted before it noted the watermark) comes back with
+// the store's watermark: what that covers is dropped and the rest folded.
+void send_fold(stateful* self) {
+  auto& st = self->state;
+  const caf::actor store = caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
+  if (!store) return fold_failed(self, "no store writer");
+  std::uint64_t from = st.folding_through;
+  for (const auto& r : st.folding_batch) from = std::min(from, r.seq);
+  self->request(store, std::chrono::seconds(30), usage_fold{st.folding_rows, st.folding_through, from, st.d.ledger})
+      .then(
+          [self](std::uint64_t watermark) {
+            auto& st = self->state;
+            if (watermark < st.folding_through) {
+              std::erase_if(st.folding_batch, [&](const config::usage_record& r) { return r.seq <= watermark; });
+              st.folding_rows = config::fold(st.folding_batch);
+              return send_fold(self);
+            }
+            st.folding = false;
+            if (st.fold_failing) std::fprintf(stderr, "kiln: usage fold: the store takes the usage log again\n");
+            st.fold_failing = false;
+            st.folded += st.folding_batch.size();
+            st.folding_batch.clear();
+            st.thread->run([wal = st.wal, closed = std::exchange(st.folding_closed, {}), through = st.folding_through,
+                            mark = st.d.watermark_file] {
+              // The note first: segments whose fold was not noted stay until the next fold.
+              if (mark.empty() || config::write_watermark(mark, through)) wal->remove(closed);
+            });
+          },
+          [self](caf::error& e) { fold_failed(self, self->system().render(e)); });
 }
 
 void on_rotated(stateful* self, detail::wal_rotated& r) {
   auto& st = self->state;
-  const caf::actor store = caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
-  if (!store) return fold_failed(self, "no store writer");
-  self->request(store, std::chrono::seconds(30), usage_fold{st.folding_rows, st.folding_through})
-      .then(
-          [self, closed = std::move(r.closed)](bool) {
-            auto& st = self->state;
-            st.folding = false;
-            st.folded += st.folding_batch.size();
-            st.folding_batch.clear();
-            st.thread->run([wal = st.wal, closed] { wal->remove(closed); });
-          },
-          [self](caf::error& e) { fold_failed(self, self->system().render(e)); });
+  st.folding_closed = std::move(r.closed);
+  send_fold(self);
 }
 
 }  // namespace
@@ -142,9 +176,10 @@ caf::behavior meter(stateful* self, meter_deps deps) {
   st.d = std::move(deps);
   st.wal = std::make_shared<config::usage_wal>(st.d.wal_prefix);
   st.thread = make_thread_loader(1);
-  st.thread->run([wal = st.wal, handle = caf::actor_cast<caf::actor>(self)] {
+  st.thread->run([wal = st.wal, handle = caf::actor_cast<caf::actor>(self), mark = st.d.watermark_file] {
     auto records = wal->read_all();
-    caf::anon_send(handle, detail::wal_replayed{std::move(records), wal->rotate()});
+    const std::uint64_t noted = mark.empty() ? 0 : config::read_watermark(mark);
+    caf::anon_send(handle, detail::wal_replayed{std::move(records), wal->rotate(), noted});
   });
   self->delayed_send(self, st.d.fold_every, fold_atom::value);
   // Stopping: what is buffered still goes to the log (the thread finishes it before it ends);
@@ -158,6 +193,7 @@ caf::behavior meter(stateful* self, meter_deps deps) {
   return {
       [self](detail::wal_replayed& r) {
         auto& st = self->state;
+        st.d.folded_seq = std::max(st.d.folded_seq, r.noted);
         std::uint64_t last = st.d.folded_seq;
         std::vector<config::usage_record> missing;
         for (auto& rec : r.records) {
@@ -187,6 +223,15 @@ caf::behavior meter(stateful* self, meter_deps deps) {
       [self](flush_atom) { flush(self); },
       [self](detail::wal_written& w) { on_written(self, w); },
       [self](detail::wal_rotated& r) { on_rotated(self, r); },
+      [self](refold_atom) {
+        auto& st = self->state;
+        st.refold_armed = false;
+        if (st.replayed) fold_now(self);
+        if (!st.folding && !st.durable.empty() && !st.refold_armed) {  // a write was in progress
+          st.refold_armed = true;
+          self->delayed_send(self, st.d.refold_every, refold_atom::value);
+        }
+      },
       [self](fold_atom) {
         self->delayed_send(self, self->state.d.fold_every, fold_atom::value);
         if (self->state.replayed) fold_now(self);  // busy now: the next minute takes it

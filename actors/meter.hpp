@@ -53,10 +53,16 @@ typename Inspector::result_type inspect(Inspector& f, metered_end& x) {
 struct meter_deps {
   std::string wal_prefix;          ///< segments are <prefix>.<n>
   std::uint64_t folded_seq = 0;    ///< the store's watermark at start
+  /// A store on another node (the control node's): the ledger this node's folds go to, and
+  /// the file where the watermark of its last fold is noted (the store is not asked at start:
+  /// it may be unreachable; a fold it partly holds says so).
+  std::string ledger;
+  std::string watermark_file;
   std::int64_t unix_at_start = 0;  ///< wall seconds when the actor clock read `clock_at_start`
   caf::actor_clock::time_point clock_at_start;
   caf::timespan flush_every = std::chrono::milliseconds(100);
   caf::timespan fold_every = std::chrono::seconds(60);
+  caf::timespan refold_every = std::chrono::seconds(2);  ///< after a fold the store did not take
   std::shared_ptr<fleet_gauges> gauges;  ///< per-team counters for /metrics
 };
 
@@ -73,10 +79,13 @@ struct meter_state {
   std::vector<config::usage_record> folding_batch;        ///< the fold in progress
   std::vector<config::usage_row> folding_rows;
   std::uint64_t folding_through = 0;
+  std::vector<std::string> folding_closed;                ///< segments the fold empties
   bool replayed = false;
   bool writing = false;
   bool flush_armed = false;
   bool folding = false;
+  bool fold_failing = false;  ///< the last fold failed (said once until one succeeds)
+  bool refold_armed = false;
   std::uint64_t written = 0;  ///< records made durable so far
   std::uint64_t folded = 0;   ///< records folded into the store so far
 

@@ -118,7 +118,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
   st.rng.seed(st.d.chaos_seed);
   const auto cfg = st.d.cfg;
   std::vector<child_spec> specs;
-  specs.push_back({"admission",
+  if (st.d.serves) specs.push_back({"admission",
                    [cfg, self](caf::local_actor* parent) {
                      auto a = parent->system().spawn(admission, cfg, self->state.d.tenants, self->state.d.gauges,
                                                      self->state.d.capture);
@@ -135,7 +135,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                      },
                      restart_policy::permanent});
   }
-  if (!st.d.meter.wal_prefix.empty()) {
+  if (st.d.serves && !st.d.meter.wal_prefix.empty()) {
     specs.push_back({"meter",
                      [md = st.d.meter](caf::local_actor* parent) {
                        auto a = parent->system().spawn(meter, md);
@@ -144,8 +144,10 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                      },
                      restart_policy::permanent});
   }
-  for (const auto& p : cfg->pools) specs.push_back(pool_child_spec(self, std::make_shared<const config::pool_config>(p)));
-  for (auto& c : rollout_child_specs(self)) specs.push_back(std::move(c));
+  if (st.d.serves) {
+    for (const auto& p : cfg->pools) specs.push_back(pool_child_spec(self, std::make_shared<const config::pool_config>(p)));
+    for (auto& c : rollout_child_specs(self)) specs.push_back(std::move(c));
+  }
   st.sup = supervisor({restart_strategy::one_for_one, 10, std::chrono::seconds(60)}, std::move(specs));
   self->system().registry().put(node_name, caf::actor_cast<caf::strong_actor_ptr>(self));
   st.sup.start_all(self);

@@ -68,6 +68,8 @@ struct node_deps {
   /// without one routes to its configured live version.
   std::vector<std::pair<config::model_route, double>> routes;
   calendar_anchor calendar;  ///< the actor clock on the calendar (autoscaler schedules)
+  /// false: a control node without the router role, whose tree is its store writer alone.
+  bool serves = true;
 };
 
 struct node_state {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include "config/region_shares.hpp"
 
@@ -26,8 +27,23 @@ struct region_shares_update {
   std::map<std::pair<std::string, std::string>, double> shares;  ///< (team, model) -> share; absent: whole
 };
 
+// A router node apart from its control node sends its report there (cluster/control_link).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, region_use_report& x) {
+  return f(caf::meta::type_name("region_use_report"), x.region, x.rows);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, region_shares_update& x) {
+  return f(caf::meta::type_name("region_shares_update"), x.shares);
+}
+
 }  // namespace kiln::actors
 
+namespace kiln::config {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, region_use_row& x) {
+  return f(caf::meta::type_name("region_use_row"), x.region, x.team, x.model, x.tokens_per_minute, x.at);
+}
+}  // namespace kiln::config
+
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::region_use_ask)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::region_use_report)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::region_shares_update)

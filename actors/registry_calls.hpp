@@ -5,8 +5,45 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include "config/registry.hpp"
+
+// The registry's rows cross nodes: a placement carries its version's registration, and a
+// router node apart from its control node makes these calls there (cluster/control_link).
+namespace kiln::config {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, file_hash& x) {
+  return f(caf::meta::type_name("file_hash"), x.file, x.sha256);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_version& x) {
+  return f(caf::meta::type_name("model_version"), x.model, x.version, x.weights_uri, x.weights_hash, x.tokenizer_hash,
+           x.chat_template, x.chat_template_hash, x.precision, x.gpus_per_replica, x.engine_config,
+           x.load_test_tokens_per_s, x.load_test_tokens_in_flight, x.status, x.registered_at, x.files);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_route& x) {
+  return f(caf::meta::type_name("model_route"), x.model, x.live, x.canary, x.canary_percent, x.shadow, x.shadow_percent,
+           x.previous, x.previous_until);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollout_row& x) {
+  return f(caf::meta::type_name("rollout_row"), x.seq, x.model, x.version, x.stage, x.percent, x.at, x.decision, x.reason,
+           x.guard_metrics);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_limits& x) {
+  return f(caf::meta::type_name("pool_limits"), x.model, x.version, x.region, x.min_replicas, x.max_replicas,
+           x.warm_replicas);
+}
+
+}  // namespace kiln::config
 
 namespace kiln::actors {
 
@@ -70,22 +107,58 @@ struct scale_settings {
   double gated_tokens_in_flight = 0;  ///< the gate's figure for one replica
 };
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, register_version_call& x) {
+  return f(caf::meta::type_name("register_version_call"), x.version, x.files_dir);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, version_registered& x) {
+  return f(caf::meta::type_name("version_registered"), x.version, x.created);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, versions_call& x) {
+  return f(caf::meta::type_name("versions_call"), x.model);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, version_call& x) {
+  return f(caf::meta::type_name("version_call"), x.model, x.version);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, route_write& x) {
+  return f(caf::meta::type_name("route_write"), x.route, x.keep_previous_s);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollout_write& x) {
+  return f(caf::meta::type_name("rollout_write"), x.row);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollouts_call& x) {
+  return f(caf::meta::type_name("rollouts_call"), x.model);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, status_write& x) {
+  return f(caf::meta::type_name("status_write"), x.model, x.version, x.status);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_test_write& x) {
+  return f(caf::meta::type_name("load_test_write"), x.model, x.version, x.tokens_per_s, x.tokens_in_flight);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_limits_write& x) {
+  return f(caf::meta::type_name("pool_limits_write"), x.limits);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_limits_call&) {
+  return f(caf::meta::type_name("pool_limits_call"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scale_settings_call& x) {
+  return f(caf::meta::type_name("scale_settings_call"), x.model, x.version, x.region);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scale_settings& x) {
+  return f(caf::meta::type_name("scale_settings"), x.has_limits, x.limits, x.gated_tokens_in_flight);
+}
+
 }  // namespace kiln::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::register_version_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::version_registered)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::versions_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::version_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::route_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::rollout_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::rollouts_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::status_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::load_test_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_limits_write)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_limits_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::scale_settings_call)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::scale_settings)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::config::pool_limits)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::pool_limits>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::model_version>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kiln::config::rollout_row>)

@@ -14,6 +14,7 @@
 #include "actors/gauges.hpp"
 #include "actors/rollout_guard.hpp"
 #include "config/config.hpp"
+#include "actors/registry_calls.hpp"  // inspect for the registry rows
 #include "config/registry.hpp"
 
 namespace kiln::actors {
@@ -100,6 +101,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::pool_phase)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::retire_pool)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::route_update)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::rollout_view)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::config::model_version)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::config::model_route)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::config::rollout_row)

@@ -41,6 +41,20 @@ using shares_atom = caf::atom_constant<caf::atom("shares")>;
 constexpr auto kSharesEvery = std::chrono::seconds(5);
 constexpr std::int64_t kRegionUseFresh_s = 30;  ///< a region that reported within this is live
 
+using shares = std::map<std::pair<std::string, std::string>, double>;
+
+// What a region's teams asked for goes into the store; the region's shares come back.
+void record_use(stateful* self, region_use_report rep, std::function<void(shares&)> then) {
+  on_disk<shares>(
+      self,
+      [rep = std::move(rep), limits = self->state.board->get()](config::store& s) {
+        if (auto e = s.put_region_use(rep.region, rep.rows))
+          std::fprintf(stderr, "kiln: cannot record region %s's use: %s\n", rep.region.c_str(), e->c_str());
+        return config::region_shares(rep.region, s.region_use(kRegionUseFresh_s), *limits);
+      },
+      std::move(then));
+}
+
 void exchange_shares(stateful* self) {
   auto again = [self] { self->delayed_send(self, kSharesEvery, shares_atom::value); };
   const auto admission = caf::actor_cast<caf::actor>(self->system().registry().get(admission_name));
@@ -48,18 +62,10 @@ void exchange_shares(stateful* self) {
   self->request(admission, std::chrono::seconds(3), region_use_ask{})
       .then(
           [self, admission, again](region_use_report& rep) {
-            using shares = std::map<std::pair<std::string, std::string>, double>;
-            on_disk<shares>(
-                self,
-                [rep = std::move(rep), limits = self->state.board->get()](config::store& s) {
-                  if (auto e = s.put_region_use(rep.region, rep.rows))
-                    std::fprintf(stderr, "kiln: cannot record region %s's use: %s\n", rep.region.c_str(), e->c_str());
-                  return config::region_shares(rep.region, s.region_use(kRegionUseFresh_s), *limits);
-                },
-                [self, admission, again](shares& sh) {
-                  self->send(admission, region_shares_update{std::move(sh)});
-                  again();
-                });
+            record_use(self, std::move(rep), [self, admission, again](shares& sh) {
+              self->send(admission, region_shares_update{std::move(sh)});
+              again();
+            });
           },
           [again](caf::error&) { again(); });
 }
@@ -85,6 +91,12 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
   }
   caf::message_handler tenancy_calls{
       [self](shares_atom) { exchange_shares(self); },
+      [self](region_use_report& rep) -> caf::result<region_shares_update> {
+        // A router node apart from this control node (cluster/control_link).
+        auto rp = self->make_response_promise<region_shares_update>();
+        record_use(self, std::move(rep), [rp](shares& sh) mutable { rp.deliver(region_shares_update{std::move(sh)}); });
+        return rp;
+      },
       [self](reread_atom) {
         on_disk<config::tenancy>(
             self, [](config::store& s) { return s.load_tenancy(); },
@@ -181,13 +193,15 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
             });
         return rp;
       },
-      [self](usage_fold& f) -> caf::result<bool> {
-        auto rp = self->make_response_promise<bool>();
-        on_disk<std::optional<std::string>>(
-            self, [f](config::store& s) { return s.add_usage(f.rows, f.through_seq); },
-            [rp](std::optional<std::string>& err) mutable {
-              if (err) rp.deliver(make_error(errc::internal, "The store refused usage rows: " + *err));
-              else rp.deliver(true);
+      [self](usage_fold& f) -> caf::result<std::uint64_t> {
+        auto rp = self->make_response_promise<std::uint64_t>();
+        on_disk<std::variant<config::usage_folded, std::string>>(
+            self, [f](config::store& s) { return s.fold_usage(f.ledger, f.from_seq, f.through_seq, f.rows); },
+            [rp](std::variant<config::usage_folded, std::string>& r) mutable {
+              if (auto* err = std::get_if<std::string>(&r))
+                rp.deliver(make_error(errc::internal, "The store refused usage rows: " + *err));
+              else
+                rp.deliver(std::get<config::usage_folded>(r).watermark);
             });
         return rp;
       },

@@ -63,10 +63,13 @@ struct usage_query {
   std::int64_t from_minute = 0;
   std::int64_t to_minute = 0;
 };
-/// Rows to add to the usage table (from metering).
+/// Rows to add to the usage table (from metering): records from_seq..through_seq of a ledger,
+/// applied once (config::store::fold_usage); answers the ledger's watermark after it.
 struct usage_fold {
   std::vector<config::usage_row> rows;
   std::uint64_t through_seq = 0;  ///< the last usage record these rows include
+  std::uint64_t from_seq = 0;     ///< the first
+  std::string ledger;             ///< the metering node ("": the store's own node)
 };
 /// A new team's key, in clear this once.
 struct team_created {
@@ -102,7 +105,7 @@ typename Inspector::result_type inspect(Inspector& f, usage_query& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_fold& x) {
-  return f(caf::meta::type_name("usage_fold"), x.rows, x.through_seq);
+  return f(caf::meta::type_name("usage_fold"), x.rows, x.through_seq, x.from_seq, x.ledger);
 }
 
 struct store_writer_state {

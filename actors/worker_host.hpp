@@ -22,24 +22,9 @@
 #include "actors/gauges.hpp"
 #include "actors/loader.hpp"
 #include "actors/pool_runtime.hpp"
+#include "actors/registry_calls.hpp"  // model_version on the wire
 #include "config/config.hpp"
 #include "config/registry.hpp"
-
-namespace kiln::config {
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, file_hash& x) {
-  return f(caf::meta::type_name("file_hash"), x.file, x.sha256);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, model_version& x) {
-  return f(caf::meta::type_name("model_version"), x.model, x.version, x.weights_uri, x.weights_hash, x.tokenizer_hash,
-           x.chat_template, x.chat_template_hash, x.precision, x.gpus_per_replica, x.engine_config,
-           x.load_test_tokens_per_s, x.load_test_tokens_in_flight, x.status, x.registered_at, x.files);
-}
-
-}  // namespace kiln::config
 
 namespace kiln::actors {
 

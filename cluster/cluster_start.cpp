@@ -9,7 +9,9 @@
 #include <caf/io/middleman.hpp>
 #include <caf/send.hpp>
 
+#include "actors/node_supervisor.hpp"
 #include "cluster/balancer.hpp"
+#include "cluster/control_link.hpp"
 #include "cluster/directory.hpp"
 #include "actors/worker_host.hpp"
 #include "cluster/wire.hpp"
@@ -52,6 +54,10 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
   h.port = *port;
   // Replica stand-ins find their region's workers through it.
   sys.registry().put(actors::worker_finder_name, h.directory);
+  if (cc.has(config::node_role::router) && !cc.has(config::node_role::control)) {
+    h.control_link = spawn_control_link(sys, h.directory);
+    sys.registry().put(actors::store_name, h.control_link);
+  }
   if (cc.has(config::node_role::front)) {
     balancer_deps bd;
     bd.regions = cc.regions;
@@ -64,6 +70,10 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
 
 void stop_cluster(const cluster_handles& h) {
   if (h.directory) h.directory.home_system().registry().erase(actors::worker_finder_name);
+  if (h.control_link) {
+    h.control_link.home_system().registry().erase(actors::store_name);
+    caf::anon_send_exit(h.control_link, caf::exit_reason::user_shutdown);
+  }
   if (h.balancer) caf::anon_send_exit(h.balancer, caf::exit_reason::user_shutdown);
   if (h.directory) caf::anon_send_exit(h.directory, caf::exit_reason::user_shutdown);
 }

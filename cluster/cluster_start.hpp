@@ -17,6 +17,7 @@ namespace kiln::cluster {
 struct cluster_handles {
   caf::actor directory;
   caf::actor balancer;  ///< null unless the node has the front role
+  caf::actor control_link;  ///< a router node without the control role: its store calls go through it
   std::uint16_t port = 0;
 };
 

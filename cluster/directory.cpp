@@ -12,6 +12,7 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "actors/loader.hpp"
+#include "actors/admission.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_supervisor.hpp"
 #include "actors/worker_host.hpp"
@@ -140,7 +141,13 @@ void take_config(self_ptr self, const caf::actor_addr& from, const std::string& 
   auto& snap = std::get<config::config_snapshot>(decoded);
   if (snap.version == st.version) return;
   st.version = snap.version;
-  if (st.d.board) st.d.board->set(snap.tenants);
+  if (st.d.board) {
+    st.d.board->set(snap.tenants);
+    // A router node's admission serves from it too (through the node, which hands it to a
+    // restarted admission).
+    if (auto node = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::node_name)))
+      self->send(node, actors::tenancy_update{st.d.board->get()});
+  }
   note_config(st, [&](actors::config_state& c) {
     c.source = "control";
     c.version = config::version_text(snap.version);
@@ -294,6 +301,23 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         std::raise(SIGKILL);
       },
       [self](snapshot_atom, std::string& bytes) { take_config(self, caf::actor_cast<caf::actor_addr>(self->current_sender()), bytes); },
+      [self](control_atom) -> caf::result<caf::actor> {
+        // A control node answers with its store writer; another node asks the control node it
+        // follows (none reachable: an error, and the caller waits).
+        auto& st = self->state;
+        if (control_here(st)) {
+          if (auto w = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::store_name))) return w;
+          return caf::make_error(caf::sec::invalid_argument, "node " + st.d.self.node + " has no store writer now");
+        }
+        const member_info* followed = followed_control(st);
+        if (!followed)
+          return caf::make_error(caf::sec::invalid_argument, "no control node is reachable from node " + st.d.self.node);
+        auto rp = self->make_response_promise<caf::actor>();
+        self->request(followed->directory, std::chrono::seconds(3), control_atom::value)
+            .then([rp](caf::actor& a) mutable { rp.deliver(std::move(a)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
       [self](actors::find_worker_atom, const std::string& replica_id) -> caf::result<caf::actor> {
         // Replicas are placed once every seed has been tried (reached or not), so a node's
         // first replicas spread over the workers it can reach rather than the first to answer.

@@ -97,10 +97,13 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
     }
   }
   out << "  admin key " << admin_key << "\n";
-  if (region_node) out << "  store " << config::redacted_store_path(store_path) << "\n";
+  const bool store_node = cfg.cluster.has(config::node_role::control);
+  if (store_node) out << "  store " << config::redacted_store_path(store_path) << "\n";
+  else if (region_node) out << "  teams, limits and usage: on the control node (last-known-good " << store_path << ".snapshot)\n";
   if (!capture_path.empty()) out << "  capturing served requests to " << capture_path << " (replay: kiln sim --trace)\n";
-  if (!region_node && cfg.cluster.has(config::node_role::worker)) {
-    out << "  requests go to its region's router node; this node answers /healthz and /metrics\n";
+  if (!region_node && (store_node || cfg.cluster.has(config::node_role::worker))) {
+    out << "  requests go to a region's router node; this node answers /healthz, /metrics"
+        << (store_node ? " and the admin API" : "") << "\n";
     out.flush();
     return;
   }
@@ -146,8 +149,9 @@ bool wait_until_ready(caf::actor_system& sys, const caf::actor& node, const conf
   return false;
 }
 
-// The region's actors on this node: the store writer, meter, admission, pools and rollout
-// controllers under the node supervisor; an error line when the capture log cannot open.
+// The region's actors on this node under the node supervisor: the store writer (a control
+// node), meter, admission, pools and rollout controllers (a router node); an error line when
+// the capture log cannot open.
 std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::shared_ptr<const config::kiln_config> cfg,
                                                    std::unique_ptr<config::store> store, const std::string& store_path,
                                                    const std::shared_ptr<config::tenancy_board>& tenants,
@@ -160,14 +164,20 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
   md.wal_prefix = !cfg->usage_log.empty()                ? config::expand_home(cfg->usage_log)
                   : config::is_postgres_uri(store_path) ? config::expand_home("~/.kiln/" + cfg->cluster.node + ".usage")
                                                         : store_path + ".usage";
-  md.folded_seq = store->folded_seq();
+  if (store) {
+    md.folded_seq = store->folded_seq();
+  } else {
+    // The control node's store: folds go to this node's ledger there.
+    md.ledger = cfg->cluster.node;
+    md.watermark_file = md.wal_prefix + "-folded";
+  }
   md.unix_at_start =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
   md.gauges = gauges;
   // Routes as stored: a promotion or a canary outlives a restart.
   std::vector<std::pair<config::model_route, double>> routes;
-  for (auto& r : store->routes()) {
+  for (auto& r : store ? store->routes() : std::vector<config::model_route>{}) {
     const double left = r.previous.empty() ? -1.0 : std::max<double>(0, static_cast<double>(r.previous_until - md.unix_at_start));
     routes.emplace_back(std::move(r), left);
   }
@@ -182,7 +192,8 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
   nd.meter = md;
   nd.routes = std::move(routes);
   nd.calendar = {sys.clock().now(), md.unix_at_start};
-  if (!opts.capture_path.empty()) {
+  nd.serves = cfg->cluster.has(config::node_role::router);
+  if (!opts.capture_path.empty() && nd.serves) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {
       return *e;
@@ -228,7 +239,10 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   }();
   // A front-only node holds no store, pools or admission: its requests go to the regions. A
   // worker-only node hosts replicas for its region's router node and serves no requests itself.
+  // A control node holds the store; a router node without it serves from the control node's
+  // snapshots and keeps its usage log until the control node's store takes it.
   const bool region_node = cfg->cluster.has(config::node_role::router);
+  const bool store_node = cfg->cluster.has(config::node_role::control);
   const bool worker_only = !region_node && cfg->cluster.has(config::node_role::worker);
   const std::string store_path = opts.store_override.empty() ? cfg->resolved_store_path() : opts.store_override;
   std::unique_ptr<config::store> store;
@@ -236,7 +250,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // A node without a store keeps the control node's latest snapshot here.
   const std::string snapshot_path = store_path + ".snapshot";
   actors::config_state config_source{"store"};
-  if (region_node) {
+  if (store_node) {
     auto loaded = open_store(store_path, *cfg, store);
     if (auto* e = std::get_if<std::string>(&loaded)) {
       std::cerr << "kiln: " << *e << "\n";
@@ -269,7 +283,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     host = sys.spawn(actors::worker_host, actors::worker_host_deps{cfg, gauges, loader});
     sys.registry().put(actors::worker_host_name, host);
   }
-  if (region_node) {
+  if (region_node || store_node) {
     auto spawned = spawn_region(sys, cfg, std::move(store), store_path, tenants, gauges, loader, ids->origin(), opts);
     if (auto* e = std::get_if<std::string>(&spawned)) {
       std::cerr << "kiln: " << *e << "\n";
@@ -312,7 +326,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   cluster_handles joined;
   if (!std::holds_alternative<std::string>(bound) && cfg->cluster.clustered()) {
     auto started = start_cluster(sys, *cfg, cfg->server.host + ":" + std::to_string(std::get<std::uint16_t>(bound)), gauges,
-                                 tenants, region_node ? std::string() : snapshot_path);
+                                 tenants, store_node ? std::string() : snapshot_path);
     if (auto* err = std::get_if<std::string>(&started)) bound = *err;
     else joined = std::get<cluster_handles>(started);
   }
@@ -344,7 +358,10 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
       pthread_setname_np(pthread_self(), "kiln.io");  // the front's own CPU shows per thread in /proc
       ioc.run();
     });
-  if (worker_only || (region_node ? wait_until_ready(sys, node, *cfg, stopping) : wait_for_a_region(*gauges, stopping))) {
+  const bool ready = region_node  ? wait_until_ready(sys, node, *cfg, stopping)
+                     : store_node || worker_only ? !stopping.load()
+                                                 : wait_for_a_region(*gauges, stopping);
+  if (ready) {
     server.set_ready();
     print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,
                  opts.capture_path, joined.port);

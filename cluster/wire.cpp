@@ -3,9 +3,13 @@
 #include <chrono>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/region_limits.hpp"
+#include "actors/registry_calls.hpp"
+#include "actors/store_writer.hpp"
 #include "actors/replica.hpp"
 #include "actors/worker_host.hpp"
 
@@ -31,6 +35,40 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<actors::job_done>("kiln::job_done");
   cfg.add_message_type<actors::job_failed>("kiln::job_failed");
   cfg.add_message_type<actors::cancel_job>("kiln::cancel_job");
+  // A router node's store calls on its control node (cluster/control_link) and their answers.
+  cfg.add_message_type<actors::usage_fold>("kiln::usage_fold");
+  cfg.add_message_type<config::usage_row>("kiln::usage_row");
+  cfg.add_message_type<std::vector<config::usage_row>>("kiln::usage_rows");
+  cfg.add_message_type<actors::usage_query>("kiln::usage_query");
+  cfg.add_message_type<actors::put_limit>("kiln::put_limit");
+  cfg.add_message_type<actors::get_limits>("kiln::get_limits");
+  cfg.add_message_type<config::team_limit>("kiln::team_limit");
+  cfg.add_message_type<std::vector<config::team_limit>>("kiln::team_limits");
+  cfg.add_message_type<actors::create_team>("kiln::create_team");
+  cfg.add_message_type<actors::team_created>("kiln::team_created");
+  cfg.add_message_type<actors::revoke_key>("kiln::revoke_key");
+  cfg.add_message_type<actors::region_use_report>("kiln::region_use_report");
+  cfg.add_message_type<config::region_use_row>("kiln::region_use_row");
+  cfg.add_message_type<actors::region_shares_update>("kiln::region_shares_update");
+  cfg.add_message_type<actors::register_version_call>("kiln::register_version_call");
+  cfg.add_message_type<actors::version_registered>("kiln::version_registered");
+  cfg.add_message_type<actors::versions_call>("kiln::versions_call");
+  cfg.add_message_type<actors::version_call>("kiln::version_call");
+  cfg.add_message_type<config::model_version>("kiln::model_version");
+  cfg.add_message_type<std::vector<config::model_version>>("kiln::model_versions");
+  cfg.add_message_type<actors::route_write>("kiln::route_write");
+  cfg.add_message_type<actors::rollout_write>("kiln::rollout_write");
+  cfg.add_message_type<actors::rollouts_call>("kiln::rollouts_call");
+  cfg.add_message_type<config::rollout_row>("kiln::rollout_row");
+  cfg.add_message_type<std::vector<config::rollout_row>>("kiln::rollout_rows");
+  cfg.add_message_type<actors::status_write>("kiln::status_write");
+  cfg.add_message_type<actors::load_test_write>("kiln::load_test_write");
+  cfg.add_message_type<actors::pool_limits_write>("kiln::pool_limits_write");
+  cfg.add_message_type<actors::pool_limits_call>("kiln::pool_limits_call");
+  cfg.add_message_type<config::pool_limits>("kiln::pool_limits");
+  cfg.add_message_type<std::vector<config::pool_limits>>("kiln::pool_limits_rows");
+  cfg.add_message_type<actors::scale_settings_call>("kiln::scale_settings_call");
+  cfg.add_message_type<actors::scale_settings>("kiln::scale_settings");
   // Membership.
   cfg.add_message_type<member_info>("kiln::member_info");
   cfg.add_message_type<node_health>("kiln::node_health");

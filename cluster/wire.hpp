@@ -23,6 +23,7 @@ using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;  ///< a control
 using die_atom = caf::atom_constant<caf::atom("die")>;            ///< region drill: the node's process ends
 using publish_atom = caf::atom_constant<caf::atom("publish")>;    ///< a control node looks for changes
 using health_atom = caf::atom_constant<caf::atom("health")>;      ///< a router node's pools, as the balancer asks
+using control_atom = caf::atom_constant<caf::atom("control")>;    ///< the store writer of the control node followed
 
 /// One node as the others see it. `directory` is its membership actor: requests for its
 /// region go there (it hands them to its admission, whichever instance is current), and its

@@ -175,11 +175,11 @@ cluster_config read_cluster(const toml::table& t) {
     throw bad_config("cluster.connection_timeout_ms must be longer than cluster.heartbeat_ms");
   if (c.listen.port == 0 && !c.seeds.empty()) throw bad_config("cluster.seeds needs cluster.listen");
   if (c.listen.port == 0 && c.roles != all_roles) throw bad_config("cluster.roles needs cluster.listen (a node alone has every role)");
-  if (c.has(node_role::router) != c.has(node_role::control))
-    throw bad_config("cluster.roles: router and control run together on one node for now (a worker or a front may run alone)");
   if (c.has(node_role::worker) && !c.has(node_role::router) && c.has(node_role::front))
     throw bad_config("cluster.roles: a worker node without the router role runs no front (its region's router node does)");
-  if (!c.has(node_role::router) && c.seeds.empty())
+  if (c.has(node_role::router) && !c.has(node_role::control) && c.seeds.empty())
+    throw bad_config("cluster.seeds: a router node without the control role needs seeds to find its control node");
+  if (!c.has(node_role::router) && !c.has(node_role::control) && c.seeds.empty())
     throw bad_config(std::string("cluster.seeds: a ") + (c.has(node_role::worker) ? "worker" : "front") +
                      "-only node needs seeds to find its " + (c.has(node_role::worker) ? "region's router node" : "regions"));
   return c;

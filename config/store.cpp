@@ -274,46 +274,75 @@ std::optional<std::string> store::put_limit(const std::string& team, const team_
       .run();
 }
 
-std::uint64_t store::folded_seq() {
-  statement st(*db_, "SELECT folded_seq FROM meter_ledgers WHERE ledger = ?");
-  st.bind(1, ledger_);
+namespace {
+
+std::optional<std::string> insert_usage(db& d, const std::vector<usage_row>& rows) {
+  for (const auto& r : rows) {
+    if (auto e = statement(d,
+                           "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
+                           "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                           "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
+                           "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
+                           "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
+                           "output_tokens = usage.output_tokens + excluded.output_tokens, "
+                           "requests = usage.requests + excluded.requests, shed = usage.shed + excluded.shed")
+                     .bind(1, r.team)
+                     .bind(2, r.model)
+                     .bind(3, r.version)
+                     .bind(4, r.minute)
+                     .bind(5, r.prompt_tokens)
+                     .bind(6, r.cached_tokens)
+                     .bind(7, r.output_tokens)
+                     .bind(8, r.requests)
+                     .bind(9, r.shed)
+                     .run())
+      return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> raise_watermark(db& d, const std::string& ledger, std::uint64_t through_seq) {
+  return statement(d,
+                   "INSERT INTO meter_ledgers(ledger, folded_seq) VALUES(?, ?) ON CONFLICT(ledger) DO UPDATE SET "
+                   "folded_seq = max(meter_ledgers.folded_seq, excluded.folded_seq)")
+      .bind(1, ledger)
+      .bind(2, static_cast<std::int64_t>(through_seq))
+      .run();
+}
+
+std::uint64_t watermark_of(db& d, const std::string& ledger) {
+  statement st(d, "SELECT folded_seq FROM meter_ledgers WHERE ledger = ?");
+  st.bind(1, ledger);
   return st.row() ? static_cast<std::uint64_t>(st.integer(0)) : 0;
 }
 
+}  // namespace
+
+std::uint64_t store::folded_seq() { return watermark_of(*db_, ledger_); }
+
 std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq) {
   return in_transaction(*db_, [&]() -> std::optional<std::string> {
-    if (through_seq > 0) {
-      if (auto e = statement(*db_,
-                             "INSERT INTO meter_ledgers(ledger, folded_seq) VALUES(?, ?) ON CONFLICT(ledger) DO UPDATE SET "
-                             "folded_seq = max(meter_ledgers.folded_seq, excluded.folded_seq)")
-                       .bind(1, ledger_)
-                       .bind(2, static_cast<std::int64_t>(through_seq))
-                       .run())
-        return e;
-    }
-    for (const auto& r : rows) {
-      if (auto e = statement(*db_,
-                             "INSERT INTO usage(team, model, version, minute, prompt_tokens, cached_tokens, output_tokens, "
-                             "requests, shed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                             "ON CONFLICT(team, model, version, minute) DO UPDATE SET "
-                             "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
-                             "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
-                             "output_tokens = usage.output_tokens + excluded.output_tokens, "
-                             "requests = usage.requests + excluded.requests, shed = usage.shed + excluded.shed")
-                       .bind(1, r.team)
-                       .bind(2, r.model)
-                       .bind(3, r.version)
-                       .bind(4, r.minute)
-                       .bind(5, r.prompt_tokens)
-                       .bind(6, r.cached_tokens)
-                       .bind(7, r.output_tokens)
-                       .bind(8, r.requests)
-                       .bind(9, r.shed)
-                       .run())
-        return e;
-    }
-    return std::nullopt;
+    if (through_seq > 0)
+      if (auto e = raise_watermark(*db_, ledger_, through_seq)) return e;
+    return insert_usage(*db_, rows);
   });
+}
+
+std::variant<usage_folded, std::string> store::fold_usage(const std::string& ledger, std::uint64_t from_seq,
+                                                           std::uint64_t through_seq, const std::vector<usage_row>& rows) {
+  if (from_seq == 0 || through_seq < from_seq) return std::string("a fold needs records 1 <= from_seq <= through_seq");
+  const std::string& name = ledger.empty() ? ledger_ : ledger;
+  usage_folded out;
+  auto err = in_transaction(*db_, [&]() -> std::optional<std::string> {
+    out.watermark = watermark_of(*db_, name);
+    if (out.watermark >= from_seq) return std::nullopt;  // held already, wholly or in part
+    if (auto e = raise_watermark(*db_, name, through_seq)) return e;
+    out.watermark = through_seq;
+    out.applied = true;
+    return insert_usage(*db_, rows);
+  });
+  if (err) return *err;
+  return out;
 }
 
 std::vector<usage_row> store::usage(const std::string& team, const std::string& model, std::int64_t from_minute,

@@ -81,6 +81,12 @@ struct usage_row {
   std::int64_t shed = 0;  ///< 429 + 503
 };
 
+/// What a meter's fold did: the ledger's watermark after it, and whether its rows went in.
+struct usage_folded {
+  std::uint64_t watermark = 0;
+  bool applied = false;
+};
+
 class store {
  public:
   ~store();
@@ -113,6 +119,12 @@ class store {
   /// Adds each row to what the store holds for its (team, model, version, minute), and (in the
   /// same transaction) moves the meter's watermark to `through_seq` when it is past it.
   std::optional<std::string> add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq = 0);
+  /// A meter's fold, applied once: rows holding its records from_seq..through_seq (1 <= from
+  /// <= through) of `ledger` ("": this store's own). A fold whose first record the ledger holds
+  /// already changes nothing (a retry of one applied, or one overlapping it: the meter drops
+  /// what the answer's watermark covers and folds the rest). The ledger's watermark after it.
+  std::variant<usage_folded, std::string> fold_usage(const std::string& ledger, std::uint64_t from_seq,
+                                                     std::uint64_t through_seq, const std::vector<usage_row>& rows);
   /// The last usage record (by sequence number) whose rows are in the store.
   std::uint64_t folded_seq();
   /// A team's rows, minutes in [from, to], model "" for all.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,31 @@ std::vector<std::string> usage_wal::rotate() {
 
 void usage_wal::remove(const std::vector<std::string>& segments) {
   for (const auto& s : segments) std::filesystem::remove(s);
+}
+
+bool write_watermark(const std::string& path, std::uint64_t seq) {
+  // Durable before the folded segments go: a lost note with the segments gone would number
+  // new records at or below what the store holds.
+  const std::string tmp = path + ".tmp", text = std::to_string(seq) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) return false;
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return true;
+}
+
+std::uint64_t read_watermark(const std::string& path) {
+  std::ifstream f(path);
+  std::uint64_t seq = 0;
+  if (!(f >> seq)) return 0;
+  return seq;
 }
 
 }  // namespace kiln::config

@@ -32,6 +32,11 @@ struct usage_record {
 /// Folds records into usage rows, one per (team, model, version, minute), each request once.
 std::vector<usage_row> fold(const std::vector<usage_record>& records);
 
+/// The watermark a meter last folded into a store on another node, kept beside its log
+/// (durably, whole or not at all: false when it could not be); 0 when there is none.
+bool write_watermark(const std::string& path, std::uint64_t seq);
+std::uint64_t read_watermark(const std::string& path);
+
 class usage_wal {
  public:
   /// Segments are `<prefix>.<n>`.

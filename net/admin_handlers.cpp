@@ -132,10 +132,13 @@ caf::actor store_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->r
 caf::actor node_of(front& f) { return caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::node_name)); }
 
 void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err, const std::string& who) {
-  // A front-only node holds no store and no pools: what needs them is done elsewhere.
+  // A front-only node holds no store and no pools, a control node no pools: what needs them is
+  // done elsewhere.
   const auto& cluster = f.deps.cfg->cluster;
-  if (!cluster.has(config::node_role::router) && (who == "store" || who == "node")) {
-    const std::string node = "Node " + cluster.node + " is a front (no store, no pools): ";
+  const bool control = cluster.has(config::node_role::control);
+  if (!cluster.has(config::node_role::router) && ((who == "store" && !control) || who == "node")) {
+    const std::string node =
+        "Node " + cluster.node + (control ? " is a control node (no pools): " : " is a front (no store, no pools): ");
     return answer_error(ex, {503, "server_error",
                              who == "store" ? node + "teams, keys, limits, registrations and rollouts are changed on a "
                                                      "control node, and wait while none is reachable; this node serves from "

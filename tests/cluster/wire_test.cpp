@@ -11,6 +11,9 @@
 
 #include "actors/messages.hpp"
 #include "actors/replica.hpp"
+#include "actors/region_limits.hpp"
+#include "actors/registry_calls.hpp"
+#include "actors/store_writer.hpp"
 #include "actors/worker_host.hpp"
 #include "cluster/wire.hpp"
 #include "tests/cluster/echo_process.hpp"
@@ -279,4 +282,100 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: what passes between a router node and its
   auto bc = round_trip(actors::engine_chaos{o, true});
   CHECK(bc.kill);
   CHECK(bc.order.factor == 40);
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "wire: a router node's store calls on its control node and their answers cross whole") {
+  auto fold = round_trip(actors::usage_fold{{{"search", "chat-7b", "v1", 29000000, 120, 64, 30, 2, 1}}, 41, 17, "b-router"});
+  REQUIRE(fold.rows.size() == 1);
+  CHECK(fold.rows[0].team == "search");
+  CHECK(fold.rows[0].version == "v1");
+  CHECK(fold.rows[0].minute == 29000000);
+  CHECK(fold.rows[0].prompt_tokens == 120);
+  CHECK(fold.rows[0].cached_tokens == 64);
+  CHECK(fold.rows[0].output_tokens == 30);
+  CHECK(fold.rows[0].requests == 2);
+  CHECK(fold.rows[0].shed == 1);
+  CHECK(fold.through_seq == 41);
+  CHECK(fold.from_seq == 17);
+  CHECK(fold.ledger == "b-router");
+  CHECK(round_trip(std::uint64_t{18446744073709551615ull}) == 18446744073709551615ull);
+  auto q = round_trip(actors::usage_query{"search", "chat-7b", 10, 20});
+  CHECK(q.team == "search");
+  CHECK(q.to_minute == 20);
+  CHECK(round_trip(std::vector<config::usage_row>{{"a", "m", "v", 1, 2, 3, 4, 5, 6}, {}}).size() == 2);
+
+  auto pl = round_trip(actors::put_limit{"search", {"chat-7b", 6000.5, 600, 8, 0.25}});
+  CHECK(pl.team == "search");
+  CHECK(pl.limit.model == "chat-7b");
+  CHECK(pl.limit.tokens_per_minute == 6000.5);
+  CHECK(pl.limit.burst == 600);
+  CHECK(pl.limit.max_concurrency == 8);
+  CHECK(pl.limit.guaranteed_share == 0.25);
+  CHECK(round_trip(actors::get_limits{"search"}).team == "search");
+  CHECK(round_trip(std::vector<config::team_limit>{{"m", 1, 2, 3, 0.5}})[0].guaranteed_share == 0.5);
+  auto ct = round_trip(actors::create_team{"ads", "Ads", engine::priority::batch});
+  CHECK(ct.name == "Ads");
+  CHECK(ct.max_priority == engine::priority::batch);
+  auto tc = round_trip(actors::team_created{"ads", "kiln-key", "k1"});
+  CHECK(tc.key == "kiln-key");
+  CHECK(tc.key_id == "k1");
+  CHECK(round_trip(actors::revoke_key{"ads", "k1"}).key_id == "k1");
+
+  auto use = round_trip(actors::region_use_report{"b", {{"b", "search", "chat-7b", 1500.5, 1700000000}}});
+  CHECK(use.region == "b");
+  REQUIRE(use.rows.size() == 1);
+  CHECK(use.rows[0].tokens_per_minute == 1500.5);
+  CHECK(use.rows[0].at == 1700000000);
+  actors::region_shares_update sh;
+  sh.shares[{"search", "chat-7b"}] = 0.375;
+  sh.shares[{"ads", "chat-7b"}] = 1;
+  auto bsh = round_trip(sh);
+  REQUIRE(bsh.shares.size() == 2);
+  CHECK(bsh.shares.at({"search", "chat-7b"}) == 0.375);
+
+  config::model_version v;
+  v.model = "chat-7b";
+  v.version = "v2";
+  v.weights_uri = "http://control:8180/artifacts/chat-7b/v2";
+  v.files = {{"model.safetensors", std::string(64, 'a')}};
+  v.load_test_tokens_per_s = 950.5;
+  auto reg = round_trip(actors::register_version_call{v, "/tmp/v2"});
+  CHECK(reg.version.weights_uri == v.weights_uri);
+  REQUIRE(reg.version.files.size() == 1);
+  CHECK(reg.version.files[0].sha256 == std::string(64, 'a'));
+  CHECK(reg.files_dir == "/tmp/v2");
+  auto vr = round_trip(actors::version_registered{v, true});
+  CHECK(vr.created);
+  CHECK(vr.version.load_test_tokens_per_s == 950.5);
+  CHECK(round_trip(actors::versions_call{"chat-7b"}).model == "chat-7b");
+  CHECK(round_trip(actors::version_call{"chat-7b", "v2"}).version == "v2");
+  CHECK(round_trip(std::vector<config::model_version>{v, v}).size() == 2);
+  config::model_route route{"chat-7b", "v1", "v2", 5, "v3", 1, "v0", 1700000300};
+  auto rw = round_trip(actors::route_write{route, 3600});
+  CHECK(rw.route.canary == "v2");
+  CHECK(rw.route.canary_percent == 5);
+  CHECK(rw.route.shadow == "v3");
+  CHECK(rw.route.previous_until == 1700000300);
+  CHECK(rw.keep_previous_s == 3600);
+  config::rollout_row row{7, "chat-7b", "v2", "canary", 5, 1700000000, "advance", "guards pass", R"({"p95":1})"};
+  auto rr = round_trip(actors::rollout_write{row});
+  CHECK(rr.row.seq == 7);
+  CHECK(rr.row.decision == "advance");
+  CHECK(rr.row.guard_metrics == R"({"p95":1})");
+  CHECK(round_trip(actors::rollouts_call{"chat-7b"}).model == "chat-7b");
+  CHECK(round_trip(std::vector<config::rollout_row>{row})[0].reason == "guards pass");
+  CHECK(round_trip(actors::status_write{"chat-7b", "v2", "retired"}).status == "retired");
+  CHECK(round_trip(actors::load_test_write{"chat-7b", "v2", 900, 3000}).tokens_in_flight == 3000);
+  config::pool_limits lim{"chat-7b", "v2", "b", 2, 9, 1};
+  auto lw = round_trip(actors::pool_limits_write{lim});
+  CHECK(lw.limits.region == "b");
+  CHECK(lw.limits.max_replicas == 9);
+  CHECK(lw.limits.warm_replicas == 1);
+  round_trip(actors::pool_limits_call{});
+  CHECK(round_trip(std::vector<config::pool_limits>{lim, lim}).size() == 2);
+  CHECK(round_trip(actors::scale_settings_call{"chat-7b", "v2", "b"}).region == "b");
+  auto ss = round_trip(actors::scale_settings{true, lim, 2500.5});
+  CHECK(ss.has_limits);
+  CHECK(ss.limits.min_replicas == 2);
+  CHECK(ss.gated_tokens_in_flight == 2500.5);
 }

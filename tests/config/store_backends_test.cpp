@@ -81,6 +81,33 @@ void exercise(const opener& open) {
   }
   CHECK(s->folded_seq() == 40);
   CHECK(s->usage("search", "m", 100, 100)[0].requests == 4);  // both ledgers' rows in one table
+  // A remote node's folds go to its own ledger, each once: a retry, or a fold overlapping one
+  // held, changes nothing and answers the watermark the meter drops records by.
+  {
+    auto folded = [&](std::uint64_t from, std::uint64_t through, std::int64_t requests) {
+      auto r = s->fold_usage("router-b", from, through, {{"search", "m", "v", 200, 1, 0, 1, requests, 0}});
+      REQUIRE(std::holds_alternative<usage_folded>(r));
+      return std::get<usage_folded>(r);
+    };
+    auto first = folded(1, 5, 5);
+    CHECK(first.applied);
+    CHECK(first.watermark == 5);
+    auto again = folded(1, 5, 5);  // its answer was lost: the meter sends it again
+    CHECK_FALSE(again.applied);
+    CHECK(again.watermark == 5);
+    auto overlap = folded(3, 9, 7);  // records 3..5 are held: refused whole, watermark 5
+    CHECK_FALSE(overlap.applied);
+    CHECK(overlap.watermark == 5);
+    auto rest = folded(6, 9, 4);
+    CHECK(rest.applied);
+    CHECK(rest.watermark == 9);
+    CHECK(s->usage("search", "m", 200, 200)[0].requests == 9);  // 1..9 once each
+    CHECK(s->folded_seq() == 40);  // the store's own ledger is apart
+    CHECK(std::holds_alternative<usage_folded>(s->fold_usage("", 41, 41, {})));
+    CHECK(s->folded_seq() == 41);
+    CHECK(std::holds_alternative<std::string>(s->fold_usage("router-b", 0, 3, {})));   // records start at 1
+    CHECK(std::holds_alternative<std::string>(s->fold_usage("router-b", 12, 11, {})));  // from past through
+  }
 
   // The registry: a version never changes; routes and decisions are kept.
   model_version v;
@@ -153,7 +180,7 @@ void exercise(const opener& open) {
   s.reset();
   auto again = open("");
   CHECK(again->schema_version() == store::kSchemaVersion);
-  CHECK(again->folded_seq() == 40);
+  CHECK(again->folded_seq() == 41);
   CHECK(again->load_tenancy().teams.size() == 2);
   CHECK(again->rollouts("m").size() == 2);
 }

@@ -245,3 +245,15 @@ TEST_CASE("usage wal: records survive in segments; a torn tail is dropped; foldi
   w.remove(closed);
   CHECK(w.segments().empty());
 }
+
+TEST_CASE("usage wal: the watermark noted beside the log of a node whose store is remote") {
+  temp_store t;
+  const std::string mark = t.path + ".usage-folded";
+  CHECK(read_watermark(mark) == 0);  // none noted yet
+  CHECK(write_watermark(mark, 41));
+  CHECK(read_watermark(mark) == 41);
+  CHECK(write_watermark(mark, 18446744073709551615ull));
+  CHECK(read_watermark(mark) == 18446744073709551615ull);
+  CHECK_FALSE(write_watermark("/nonexistent-dir/kiln/mark", 3));
+  std::filesystem::remove(mark);
+}

@@ -31,7 +31,7 @@ namespace kiln::test {
 const char* kiln_binary() { return KILN_BINARY; }
 
 void remove_store(const std::string& path) {
-  for (const char* ext : {"", "-wal", "-shm"}) std::remove((path + ext).c_str());
+  for (const char* ext : {"", "-wal", "-shm", ".snapshot", ".usage-folded"}) std::remove((path + ext).c_str());
   const std::filesystem::path p(path);
   const std::string usage = p.filename().string() + ".usage.";
   std::error_code ec;
