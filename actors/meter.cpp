@@ -223,6 +223,9 @@ caf::behavior meter(stateful* self, meter_deps deps) {
       [self](flush_atom) { flush(self); },
       [self](detail::wal_written& w) { on_written(self, w); },
       [self](detail::wal_rotated& r) { on_rotated(self, r); },
+      [self](fold_now_atom) {
+        if (self->state.replayed) fold_now(self);
+      },
       [self](refold_atom) {
         auto& st = self->state;
         st.refold_armed = false;

@@ -22,6 +22,8 @@
 namespace kiln::actors {
 
 inline constexpr caf::atom_value meter_name = caf::atom("meter");
+/// Fold what is durable now (a store that was away is back: cluster/control_link).
+using fold_now_atom = caf::atom_constant<caf::atom("foldnow")>;
 
 /// How one request ended, for the ledger.
 struct usage_note {

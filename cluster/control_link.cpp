@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/meter.hpp"
 #include "actors/node_supervisor.hpp"
 #include "actors/region_limits.hpp"
 #include "actors/request.hpp"
@@ -49,6 +50,9 @@ void find(self_ptr self) {
             st.store = store;
             self->monitor(store);
             for (auto& [rp, msg] : std::exchange(st.waiting, {})) rp.delegate(store, std::move(msg));
+            // What the meter logged while no store was reachable goes there now.
+            if (auto meter = caf::actor_cast<caf::actor>(self->system().registry().get(actors::meter_name)))
+              self->send(meter, actors::fold_now_atom::value);
           },
           [self](caf::error&) {
             auto& st = self->state;

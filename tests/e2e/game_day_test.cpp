@@ -1,11 +1,14 @@
 // The region failover game day with real processes on 127.0.0.1: two regions, each a
-// front+router+control node and a worker node that hosts its replicas. Clients stream through
-// region b's front, whose preference puts region a first (the clients are nearer to a); then
-// every process of region a is killed under load. Streams that had shown a token end with one
-// error event; the others complete in region b; region b keeps interactive whole and pays with
-// batch (it waits; past its wait it would be refused); its autoscaler adds replicas on its
-// worker; every token the clients received is metered once in b's store (what a had sent
-// before it died, by b's front), across a restart of b's node.
+// front+router node and a worker node that hosts its replicas, and a control node (at region
+// b's site) that holds the store. Clients stream through region b's front, whose preference
+// puts region a first (the clients are nearer to a); then every process of region a is killed
+// under load. Streams that had shown a token end with one error event; the others complete in
+// region b; region b keeps interactive whole and pays with batch (it waits; past its wait it
+// would be refused); its autoscaler adds replicas on its worker; every token the clients
+// received is metered once in the control node's store (what a had sent before it died, by
+// b's front). A second run stops the control node for the whole load instead: both regions
+// serve every request of the known teams from their last-known-good configuration, and what
+// they metered reaches the store when the control node returns.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -84,20 +87,59 @@ std::int64_t metered_output(int port, const std::string& team, bool lost_only = 
   return out;
 }
 
+// The five processes: each region's worker and front+router node, and the control node.
+struct cluster_of_two {
+  int pa = free_port(), paw = free_port(), pb = free_port(), pbw = free_port(), pc = free_port();
+  std::string ctl_store = "/tmp/kiln-game-day-" + std::to_string(::getpid()) + "-control.db";
+  std::string b_log = "/tmp/kiln-game-day-" + std::to_string(::getpid()) + "-b.db";  // b's snapshot and usage log
+  std::string a_log = "/tmp/kiln-game-day-" + std::to_string(::getpid()) + "-a.db";
+  std::unique_ptr<kiln_process> ctl, a_worker, b_worker, a_edge, b_edge;
+
+  cluster_of_two() {
+    for (const auto& p : {ctl_store, a_log, b_log}) remove_store(p);
+    start_control();
+    a_worker = std::make_unique<kiln_process>(region_config("a") + cluster_table("a-worker", "[\"worker\"]", paw, {pa}));
+    b_worker = std::make_unique<kiln_process>(region_config("b") + cluster_table("b-worker", "[\"worker\"]", pbw, {pb}));
+    a_edge = std::make_unique<kiln_process>(
+        region_config("a") + cluster_table("a-edge", "[\"front\", \"router\"]", pa, {paw, pb, pc}),
+        process_options{"", 0, 0, a_log, ""});
+    start_b_edge();
+  }
+  ~cluster_of_two() {
+    a_edge.reset();
+    b_edge.reset();
+    ctl.reset();
+    for (const auto& p : {ctl_store, a_log, b_log}) remove_store(p);
+  }
+  void start_control() {
+    ctl = std::make_unique<kiln_process>(region_config("b") + cluster_table("control", "[\"control\"]", pc, {}),
+                                         process_options{"", 0, 0, ctl_store, ""});
+  }
+  void start_b_edge() {
+    b_edge = std::make_unique<kiln_process>(
+        region_config("b") + cluster_table("b-edge", "[\"front\", \"router\"]", pb, {pbw, pa, pc}),
+        process_options{"", 0, 0, b_log, ""});
+  }
+  // Output tokens the control node's store holds for both teams: all, or those lost with
+  // their region (metered by a front, version unknown).
+  std::int64_t metered(bool lost_only = false) const {
+    return metered_output(ctl->port(), "search", lost_only) + metered_output(ctl->port(), "batch-jobs", lost_only);
+  }
+};
+
+std::string config_source(int port) {
+  auto r = request(port, "GET", "/admin/config", "", {"Authorization: Bearer key-admin"});
+  return json::parse(r.body, nullptr, false).value("source", "");
+}
+
 }  // namespace
 
 TEST_CASE("game day: region a is lost under load; region b takes its streams, keeps interactive, scales, meters exactly") {
-  const int pa = free_port(), paw = free_port(), pb = free_port(), pbw = free_port();
-  auto a_worker = std::make_unique<kiln_process>(region_config("a") + cluster_table("a-worker", "[\"worker\"]", paw, {pa}));
-  kiln_process b_worker(region_config("b") + cluster_table("b-worker", "[\"worker\"]", pbw, {pb}));
-  auto a_edge = std::make_unique<kiln_process>(region_config("a") +
-                                               cluster_table("a-edge", "[\"front\", \"router\", \"control\"]", pa, {paw, pb}));
-  const std::string b_store = "/tmp/kiln-game-day-" + std::to_string(::getpid()) + "-b.db";
-  auto b_edge = std::make_unique<kiln_process>(
-      region_config("b") + cluster_table("b-edge", "[\"front\", \"router\", \"control\"]", pb, {pbw, pa}),
-      process_options{"", 0, 0, b_store});
-  const int front = b_edge->port();
+  cluster_of_two c;
+  const int front = c.b_edge->port();
   REQUIRE(eventually([&] { return region_up(front, "a") && region_up(front, "b"); }, 20s));
+  auto& a_edge = c.a_edge;
+  auto& a_worker = c.a_worker;
 
   // Wave 1 (0-1.2 s) goes to region a; a is killed at 1.5 s; wave 2 (2.5-4.5 s) finds only b.
   constexpr int kTokens = 150;
@@ -178,24 +220,58 @@ TEST_CASE("game day: region a is lost under load; region b takes its streams, ke
     return serving >= 3;
   }, 15s));
 
-  // What the clients received is what b's node metered: what b served, and what region a had
-  // sent before it died (its router's record died with it; b's front metered it). b's node
-  // stopped, its store is read by a node started on it (which folds the usage log first).
+  // What the clients received is what the control node's store metered: what b served, and
+  // what region a had sent before it died (its router's record died with it; b's front
+  // metered it). b's node restarts and folds its usage log there.
   const auto lost_tokens = static_cast<std::int64_t>(metric(front, "kiln_region_lost_tokens_total{region=\"a\"}"));
   CHECK(lost_tokens >= lost_mid_stream);
   CHECK(lost_tokens < lost_mid_stream * kTokens);
-  b_edge->signal(SIGTERM);
-  CHECK(b_edge->wait_exit(15000) == 0);
-  b_edge.reset();
-  {
-    kiln_process reader(region_config("b"), process_options{"", 0, 0, b_store});
-    const std::int64_t search = metered_output(reader.port(), "search"), batch = metered_output(reader.port(), "batch-jobs");
-    const std::int64_t lost = metered_output(reader.port(), "search", true) + metered_output(reader.port(), "batch-jobs", true);
-    MESSAGE("clients received " << served_by_b[0] << " + " << served_by_b[1] << " tokens from b and " << lost_tokens
-                                << " from a before it died; b's store metered " << search << " + " << batch << ", "
-                                << lost << " of them lost with a");
-    CHECK(lost == lost_tokens);
-    CHECK(search + batch == served_by_b[0] + served_by_b[1] + lost_tokens);
+  c.b_edge->signal(SIGTERM);
+  CHECK(c.b_edge->wait_exit(15000) == 0);
+  c.start_b_edge();
+  const std::int64_t delivered = served_by_b[0] + served_by_b[1] + lost_tokens;
+  CHECK(eventually([&] { return c.metered() == delivered; }, 20s));
+  MESSAGE("clients received " << served_by_b[0] << " + " << served_by_b[1] << " tokens from b and " << lost_tokens
+                              << " from a before it died; the control node's store metered " << c.metered() << ", "
+                              << c.metered(true) << " of them lost with a");
+  CHECK(c.metered(true) == lost_tokens);
+}
+
+TEST_CASE("game day, control node away: both regions serve the known teams from last-known-good; usage reaches the store on its return") {
+  cluster_of_two c;
+  const int front = c.b_edge->port();
+  REQUIRE(eventually([&] { return region_up(front, "a") && region_up(front, "b"); }, 20s));
+  REQUIRE(eventually([&] { return config_source(c.a_edge->port()) == "control" && config_source(front) == "control"; }, 10s));
+  c.ctl->signal(SIGKILL);
+  CHECK(c.ctl->wait_exit(5000) == -1);  // a signal death
+  // Half the load while a serves, half with a drained (b serves).
+  constexpr int kTokens = 60;
+  std::vector<stream_spec> specs;
+  for (int i = 0; i < 30; ++i)
+    specs.push_back({chat(kTokens, "outage stream " + std::to_string(i)), i % 2 ? kBatch : kInteractive, i * 60});
+  auto results = run_streams(front, specs, 60);
+  REQUIRE(request(front, "POST", "/admin/regions/a/drain", R"({"seconds":0})", {"Authorization: Bearer key-admin"}).status == 200);
+  auto more = run_streams(front, specs, 60);
+  results.insert(results.end(), more.begin(), more.end());
+  int served = 0, in_a = 0, in_b = 0;
+  std::int64_t delivered = 0;
+  for (const auto& r : results) {
+    CHECK(r.status == 200);
+    CHECK(r.finished);
+    CHECK(r.terminals == 1);
+    CHECK(r.completion_tokens == kTokens);
+    if (r.status != 200 || !r.finished) continue;
+    ++served;
+    delivered += r.completion_tokens;
+    (r.region == "a" ? in_a : in_b) += 1;
   }
-  remove_store(b_store);
+  MESSAGE("control node away: " << served << " of " << results.size() << " streams of known teams served (" << in_a
+                                << " in a, " << in_b << " in b)");
+  CHECK(served == static_cast<int>(results.size()));
+  CHECK(in_a == 30);
+  CHECK(in_b == 30);
+  // The control node returns: both router nodes fold what they metered meanwhile, once.
+  c.start_control();
+  CHECK(eventually([&] { return c.metered() == delivered; }, 30s));
+  MESSAGE("delivered " << delivered << " tokens; the returned control node's store metered " << c.metered());
 }
