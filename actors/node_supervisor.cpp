@@ -128,8 +128,9 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
                    restart_policy::permanent});
   if (st.d.store) {
     specs.push_back({"store",
-                     [db = st.d.store, board = st.d.board](caf::local_actor* parent) {
-                       auto a = parent->system().spawn(store_writer, db, board, caf::actor_cast<caf::actor>(parent));
+                     [db = st.d.store, board = st.d.board, registry = st.d.registry](caf::local_actor* parent) {
+                       auto a = parent->system().spawn(store_writer, db, board, caf::actor_cast<caf::actor>(parent),
+                                                       registry);
                        name_actor(parent->system(), store_name, a);
                        return a;
                      },

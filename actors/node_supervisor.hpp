@@ -19,6 +19,7 @@
 #include "actors/supervisor.hpp"
 #include "config/capture.hpp"
 #include "config/config.hpp"
+#include "config/snapshot.hpp"
 #include "config/store.hpp"
 
 namespace kiln::actors {
@@ -70,6 +71,15 @@ struct node_deps {
   calendar_anchor calendar;  ///< the actor clock on the calendar (autoscaler schedules)
   /// false: a control node without the router role, whose tree is its store writer alone.
   bool serves = true;
+  /// A control node in a cluster: where its store writer keeps the registry's part of the
+  /// configuration snapshots (null: none kept).
+  std::shared_ptr<config::registry_board> registry;
+  /// A router node without a store: the control node's, through the control link (rollout
+  /// controllers write their routes there).
+  bool store_elsewhere = false;
+  /// A router node without a store: the registrations its last-known-good routes name, so
+  /// their pools start while the control node is away.
+  std::vector<config::model_version> registered;
 };
 
 struct node_state {

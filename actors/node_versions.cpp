@@ -114,6 +114,8 @@ std::vector<child_spec> rollout_child_specs(stateful* self) {
       }
     rd.limits = st.d.cfg->rollout;
     rd.gauges = st.d.gauges;
+    for (const auto& v : st.d.registered)
+      if (v.model == model) rd.registered.push_back(v);
     for (const auto& p : st.d.cfg->pools)
       if (p.model == model) {
         config::model_version v;
@@ -125,7 +127,7 @@ std::vector<child_spec> rollout_child_specs(stateful* self) {
     out.push_back({"rollout:" + model,
                    [rd, self](caf::local_actor* parent) mutable {
                      rd.node = caf::actor_cast<caf::actor>(parent);
-                     rd.stored = self->state.d.store != nullptr;
+                     rd.stored = self->state.d.store != nullptr || self->state.d.store_elsewhere;
                      return parent->system().spawn(rollout_controller, rd);
                    },
                    restart_policy::permanent});

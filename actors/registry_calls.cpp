@@ -106,11 +106,12 @@ caf::message_handler registry_calls(stateful* self) {
         on_disk<std::optional<std::string>>(
             self,
             [w](config::store& s) { return s.put_route(w.route, w.keep_previous_s); },
-            [rp](std::optional<std::string>& e) mutable {
+            [self, rp](std::optional<std::string>& e) mutable {
               if (e) {
                 rp.deliver(make_error(errc::internal, "The store refused the route: " + *e));
                 return;
               }
+              refresh_registry(self);
               rp.deliver(true);
             });
         return rp;
@@ -133,11 +134,12 @@ caf::message_handler registry_calls(stateful* self) {
         auto rp = self->make_response_promise<bool>();
         on_disk<std::optional<std::string>>(
             self, [w](config::store& s) { return s.set_version_status(w.model, w.version, w.status); },
-            [rp](std::optional<std::string>& e) mutable {
+            [self, rp](std::optional<std::string>& e) mutable {
               if (e) {
                 rp.deliver(make_error(errc::internal, "The store refused the status: " + *e));
                 return;
               }
+              refresh_registry(self);
               rp.deliver(true);
             });
         return rp;
@@ -150,11 +152,12 @@ caf::message_handler registry_calls(stateful* self) {
               if (s.set_load_test(w.model, w.version, w.tokens_per_s, w.tokens_in_flight)) return std::nullopt;
               return s.version(w.model, w.version);
             },
-            [rp, w](std::optional<config::model_version>& v) mutable {
+            [self, rp, w](std::optional<config::model_version>& v) mutable {
               if (!v) {
                 rp.deliver(make_error(errc::unknown_model, "No version " + w.model + "@" + w.version + " is registered."));
                 return;
               }
+              refresh_registry(self);
               rp.deliver(std::move(*v));
             });
         return rp;

@@ -76,6 +76,9 @@ struct rollout_deps {
   bool stored = false;         ///< the node has a store writer (not in the simulator, actor tests)
   std::shared_ptr<fleet_gauges> gauges;  ///< hears every decision (null: none)
   std::vector<config::model_version> known;  ///< versions a route may name without a store
+  /// Registrations as last received from the control node (a router node without a store):
+  /// a route naming one starts its pool without asking the store.
+  std::vector<config::model_version> registered;
   double previous_left_s = -1;  ///< the stored previous version's time left (-1: none)
 };
 

@@ -158,6 +158,18 @@ void with_pool(stateful* self, const std::string& model, const std::string& vers
   });
 }
 
+// An order by hand changes the stored route: it waits for a store that answers (a router node
+// whose control node is away refuses it with the store's error; the guards' own decisions
+// still apply there).
+template <class Then>
+void when_store_answers(stateful* self, caf::response_promise rp, Then then) {
+  const caf::actor store = store_of(self);
+  if (!store) return then();
+  self->request(store, std::chrono::seconds(5), rollouts_call{self->state.d.model})
+      .then([then](std::vector<config::rollout_row>&) mutable { then(); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+}
+
 caf::result<rollout_view> on_rollout(stateful* self, rollout_order& o) {
   auto& st = self->state;
   if (o.stage != "canary" && o.stage != "shadow")
@@ -167,23 +179,25 @@ caf::result<rollout_view> on_rollout(stateful* self, rollout_order& o) {
   if (o.version == st.d.route.live)
     return make_error(errc::conflict, o.model + "@" + o.version + " is the live version already.");
   auto rp = self->make_response_promise<rollout_view>();
-  with_pool(self, o.model, o.version, rp, [self, o, rp](std::string&) mutable {
-    auto& st = self->state;
-    auto& r = st.d.route;
-    const bool canary = o.stage == "canary";
-    std::string& ver = canary ? r.canary : r.shadow;
-    double& pct = canary ? r.canary_percent : r.shadow_percent;
-    std::string decision = o.percent == 0 ? "end" : ver != o.version || pct == 0 ? "start" : "advance";
-    if (ver != o.version) {
-      (canary ? st.canary : st.shadow).clear();
-      if (!canary) st.shadow_live.clear();
-    }
-    ver = o.percent == 0 ? "" : o.version;
-    pct = o.percent;
-    decide(self, o.version, o.stage, o.percent, decision, "by hand");
-    publish(self);
-    arm_check(self);
-    rp.deliver(view_of(self));
+  when_store_answers(self, rp, [self, o, rp]() mutable {
+    with_pool(self, o.model, o.version, rp, [self, o, rp](std::string&) mutable {
+      auto& st = self->state;
+      auto& r = st.d.route;
+      const bool canary = o.stage == "canary";
+      std::string& ver = canary ? r.canary : r.shadow;
+      double& pct = canary ? r.canary_percent : r.shadow_percent;
+      std::string decision = o.percent == 0 ? "end" : ver != o.version || pct == 0 ? "start" : "advance";
+      if (ver != o.version) {
+        (canary ? st.canary : st.shadow).clear();
+        if (!canary) st.shadow_live.clear();
+      }
+      ver = o.percent == 0 ? "" : o.version;
+      pct = o.percent;
+      decide(self, o.version, o.stage, o.percent, decision, "by hand");
+      publish(self);
+      arm_check(self);
+      rp.deliver(view_of(self));
+    });
   });
   return rp;
 }
@@ -193,35 +207,37 @@ caf::result<rollout_view> on_alias(stateful* self, alias_order& o) {
   if (o.version == st.d.route.live) return view_of(self);
   auto rp = self->make_response_promise<rollout_view>();
   // The pool must exist and serve before the alias moves: the old version stays loaded.
-  with_pool(self, o.model, o.version, rp, [self, o, rp](std::string& status) mutable {
-    auto& st = self->state;
-    if (status != "serving") {
-      rp.deliver(make_error(errc::unavailable,
-                            o.model + "@" + o.version + " is " + status + "; the alias moves once it serves."));
-      return;
-    }
-    auto& r = st.d.route;
-    const bool was_canary = r.canary == o.version;
-    const bool back = r.previous == o.version;
-    r.previous = r.live;
-    r.live = o.version;
-    if (r.canary == o.version) r.canary.clear(), r.canary_percent = 0;
-    if (r.shadow == o.version) r.shadow.clear(), r.shadow_percent = 0;
-    st.live.clear();
-    st.canary.clear();
-    st.shadow.clear();
-    st.shadow_live.clear();
-    decide(self, o.version, "live", 100,
-           was_canary ? "promote"
-           : back     ? "rollback"
-                      : "alias",
-           "by hand; " + r.previous + " kept loaded");
-    store_write(self, status_write{st.d.model, o.version, "live"});
-    const double keep = st.d.limits.keep_previous_hours * 3600;
-    publish(self, keep);
-    arm_retire(self, keep);
-    arm_check(self);
-    rp.deliver(view_of(self));
+  when_store_answers(self, rp, [self, o, rp]() mutable {
+    with_pool(self, o.model, o.version, rp, [self, o, rp](std::string& status) mutable {
+      auto& st = self->state;
+      if (status != "serving") {
+        rp.deliver(make_error(errc::unavailable,
+                              o.model + "@" + o.version + " is " + status + "; the alias moves once it serves."));
+        return;
+      }
+      auto& r = st.d.route;
+      const bool was_canary = r.canary == o.version;
+      const bool back = r.previous == o.version;
+      r.previous = r.live;
+      r.live = o.version;
+      if (r.canary == o.version) r.canary.clear(), r.canary_percent = 0;
+      if (r.shadow == o.version) r.shadow.clear(), r.shadow_percent = 0;
+      st.live.clear();
+      st.canary.clear();
+      st.shadow.clear();
+      st.shadow_live.clear();
+      decide(self, o.version, "live", 100,
+             was_canary ? "promote"
+             : back     ? "rollback"
+                        : "alias",
+             "by hand; " + r.previous + " kept loaded");
+      store_write(self, status_write{st.d.model, o.version, "live"});
+      const double keep = st.d.limits.keep_previous_hours * 3600;
+      publish(self, keep);
+      arm_retire(self, keep);
+      arm_check(self);
+      rp.deliver(view_of(self));
+    });
   });
   return rp;
 }
@@ -236,6 +252,11 @@ caf::behavior rollout_controller(stateful* self, rollout_deps deps) {
   for (const std::string* v : {&st.d.route.live, &st.d.route.canary, &st.d.route.shadow, &st.d.route.previous}) {
     if (v->empty() || std::any_of(st.d.known.begin(), st.d.known.end(), [&](const auto& k) { return k.version == *v; }))
       continue;
+    auto received = std::find_if(st.d.registered.begin(), st.d.registered.end(), [&](const auto& r) { return r.version == *v; });
+    if (received != st.d.registered.end()) {
+      self->request(st.d.node, std::chrono::seconds(30), ensure_pool{*received}).then([](std::string&) {}, [](caf::error&) {});
+      continue;
+    }
     const caf::actor store = store_of(self);
     if (!store) continue;
     self->request(store, std::chrono::seconds(30), version_call{st.d.model, *v})

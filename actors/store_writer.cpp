@@ -78,13 +78,31 @@ std::uint64_t digest(const config::tenancy& t) {
 
 }  // namespace
 
+void refresh_registry(stateful* self) {
+  if (!self->state.registry) return;
+  on_disk<config::registry_view>(
+      self,
+      [](config::store& s) {
+        config::registry_view v;
+        v.routes = s.routes();
+        for (const auto& r : v.routes)
+          for (const std::string* name : {&r.live, &r.canary, &r.shadow, &r.previous})
+            if (!name->empty())
+              if (auto mv = s.version(r.model, *name)) v.versions.push_back(std::move(*mv));
+        return v;
+      },
+      [self](config::registry_view& v) { self->state.registry->set(std::move(v)); });
+}
+
 caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, std::shared_ptr<config::tenancy_board> board,
-                           caf::actor node) {
+                           caf::actor node, std::shared_ptr<config::registry_board> registry) {
   auto& st = self->state;
+  st.registry = std::move(registry);
   st.db = std::move(db);
   st.thread = make_thread_loader(1);
   st.board = std::move(board);
   st.node = std::move(node);
+  refresh_registry(self);
   if (st.db->shared()) {
     self->send(self, reread_atom::value);
     self->send(self, shares_atom::value);

@@ -18,6 +18,7 @@
 
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
+#include "config/snapshot.hpp"
 #include "config/store.hpp"
 
 namespace kiln::config {
@@ -110,6 +111,8 @@ typename Inspector::result_type inspect(Inspector& f, usage_fold& x) {
 
 struct store_writer_state {
   std::shared_ptr<config::store> db;
+  /// A control node's: routes and the versions they name, for its configuration snapshots.
+  std::shared_ptr<config::registry_board> registry;
   std::shared_ptr<loader> thread;                  ///< the writer's own thread
   std::shared_ptr<config::tenancy_board> board;
   caf::actor node;                                 ///< forwards tenancy updates to admission
@@ -139,8 +142,13 @@ caf::message_handler registry_calls(caf::stateful_actor<store_writer_state>* sel
 /// The `pools` table's calls (actors/pool_limits_calls.cpp): bounds, and what autoscalers read.
 caf::message_handler pool_limits_calls(caf::stateful_actor<store_writer_state>* self);
 
+/// Reads the stored routes and the versions they name onto the registry board (none: nothing).
+void refresh_registry(caf::stateful_actor<store_writer_state>* self);
+
+/// `registry`: a control node's registry board (null elsewhere).
 caf::behavior store_writer(caf::stateful_actor<store_writer_state>* self, std::shared_ptr<config::store> db,
-                           std::shared_ptr<config::tenancy_board> board, caf::actor node);
+                           std::shared_ptr<config::tenancy_board> board, caf::actor node,
+                           std::shared_ptr<config::registry_board> registry);
 
 }  // namespace kiln::actors
 

@@ -28,7 +28,8 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
                                                          const std::string& http_endpoint,
                                                          std::shared_ptr<actors::fleet_gauges> gauges,
                                                          std::shared_ptr<config::tenancy_board> board,
-                                                         const std::string& snapshot_path) {
+                                                         const std::string& snapshot_path,
+                                                         std::shared_ptr<config::registry_board> registry) {
   const auto& cc = cfg.cluster;
   directory_deps dd;
   dd.self.node = cc.node;
@@ -38,6 +39,7 @@ std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys,
   dd.self.http = http_endpoint;
   dd.seeds = cc.seeds;
   dd.board = std::move(board);
+  dd.registry = std::move(registry);
   dd.gauges = gauges;
   dd.snapshot_path = snapshot_path;
   dd.regions = cc.regions;
@@ -94,13 +96,17 @@ config::tenancy tenancy_from_config(const config::kiln_config& cfg) {
 }  // namespace
 
 config::tenancy starting_tenancy(const config::kiln_config& cfg, const std::string& snapshot_path,
-                                 actors::config_state& state) {
+                                 actors::config_state& state, config::registry_view* registry) {
   auto loaded = config::load_snapshot(snapshot_path);
   if (auto* snap = std::get_if<config::config_snapshot>(&loaded)) {
     state.source = "last-known-good";
     state.version = config::version_text(snap->version);
     state.origin = snap->origin;
     state.made_unix = snap->made_unix;
+    if (registry) {
+      registry->routes = std::move(snap->routes);
+      registry->versions = std::move(snap->versions);
+    }
     return std::move(snap->tenants);
   }
   const std::string why = std::get<std::string>(loaded);

@@ -10,6 +10,7 @@
 
 #include "actors/gauges.hpp"
 #include "config/config.hpp"
+#include "config/snapshot.hpp"
 #include "config/store.hpp"
 
 namespace kiln::cluster {
@@ -28,16 +29,19 @@ void configure_cluster(caf::actor_system_config& caf_cfg, const config::kiln_con
 /// line when the port cannot be bound.
 /// `board`: the node's teams and keys (a control node publishes it, others follow their
 /// control node into it); `snapshot_path`: the last-known-good file of a node without control.
+/// `registry`: a control node's routes and versions for its snapshots (null elsewhere).
 std::variant<cluster_handles, std::string> start_cluster(caf::actor_system& sys, const config::kiln_config& cfg,
                                                          const std::string& http_endpoint,
                                                          std::shared_ptr<actors::fleet_gauges> gauges,
                                                          std::shared_ptr<config::tenancy_board> board,
-                                                         const std::string& snapshot_path);
+                                                         const std::string& snapshot_path,
+                                                         std::shared_ptr<config::registry_board> registry = nullptr);
 void stop_cluster(const cluster_handles& h);
 
 /// A node without a store starts from its last-known-good snapshot, else from its config's
 /// teams and keys (saying why the snapshot was not usable); the state for /admin/config.
+/// `registry`: where the snapshot's routes and versions go (none without a snapshot).
 config::tenancy starting_tenancy(const config::kiln_config& cfg, const std::string& snapshot_path,
-                                 actors::config_state& state);
+                                 actors::config_state& state, config::registry_view* registry = nullptr);
 
 }  // namespace kiln::cluster

@@ -32,6 +32,7 @@ struct directory_state {
   std::vector<caf::actor> watchers;
   // Configuration snapshots.
   std::shared_ptr<const config::tenancy> published_from;  ///< control: the board as last looked at
+  std::shared_ptr<const config::registry_view> published_registry;
   std::string bytes;         ///< control: the current snapshot, encoded
   std::uint64_t version = 0; ///< the snapshot served from (made or taken)
   std::shared_ptr<actors::loader> disk;  ///< writes the last-known-good file (blocking I/O)
@@ -102,10 +103,16 @@ void publish_config(self_ptr self) {
   auto& st = self->state;
   if (!st.d.board) return;
   auto current = st.d.board->get();
-  if (current == st.published_from) return;
+  auto registry = st.d.registry ? st.d.registry->get() : nullptr;
+  if (current == st.published_from && registry == st.published_registry) return;
   st.published_from = current;
+  st.published_registry = registry;
   config::config_snapshot snap;
   snap.tenants = *current;
+  if (registry) {
+    snap.routes = registry->routes;
+    snap.versions = registry->versions;
+  }
   snap.origin = st.d.self.node;
   snap.made_unix = st.d.unix_at_start +
                    std::chrono::duration_cast<std::chrono::seconds>(self->clock().now() - st.d.clock_at_start).count();

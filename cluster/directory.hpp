@@ -22,6 +22,7 @@
 #include "actors/gauges.hpp"
 #include "cluster/wire.hpp"
 #include "config/config.hpp"
+#include "config/snapshot.hpp"
 #include "config/store.hpp"
 
 namespace kiln::cluster {
@@ -35,6 +36,7 @@ struct directory_deps {
   // the control node of its nearest region, sets its board from each snapshot and keeps the
   // latest on disk (`snapshot_path`) as its last-known-good.
   std::shared_ptr<config::tenancy_board> board;
+  std::shared_ptr<config::registry_board> registry;  ///< a control node's routes and versions (null: none)
   std::shared_ptr<actors::fleet_gauges> gauges;
   std::string snapshot_path;
   std::vector<std::string> regions;  ///< preference: whose control node to follow

@@ -157,7 +157,9 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
                                                    const std::shared_ptr<config::tenancy_board>& tenants,
                                                    const std::shared_ptr<actors::fleet_gauges>& gauges,
                                                    const std::shared_ptr<actors::loader>& loader, std::uint64_t origin,
-                                                   const serve_options& opts) {
+                                                   const serve_options& opts,
+                                                   const std::shared_ptr<config::registry_board>& registry,
+                                                   const config::registry_view& received) {
   actors::meter_deps md;
   // The usage log lives on local disk: where configured, beside a store file, or under
   // ~/.kiln for a server.
@@ -175,9 +177,10 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   md.clock_at_start = caf::actor_clock::clock_type::now();  // the actor clock, real time here
   md.gauges = gauges;
-  // Routes as stored: a promotion or a canary outlives a restart.
+  // Routes as stored (or as the control node's last snapshot held them): a promotion or a
+  // canary outlives a restart.
   std::vector<std::pair<config::model_route, double>> routes;
-  for (auto& r : store ? store->routes() : std::vector<config::model_route>{}) {
+  for (auto r : store ? store->routes() : received.routes) {
     const double left = r.previous.empty() ? -1.0 : std::max<double>(0, static_cast<double>(r.previous_until - md.unix_at_start));
     routes.emplace_back(std::move(r), left);
   }
@@ -193,6 +196,9 @@ std::variant<caf::actor, std::string> spawn_region(caf::actor_system& sys, std::
   nd.routes = std::move(routes);
   nd.calendar = {sys.clock().now(), md.unix_at_start};
   nd.serves = cfg->cluster.has(config::node_role::router);
+  nd.registry = registry;
+  nd.store_elsewhere = !nd.store && cfg->cluster.clustered();
+  nd.registered = received.versions;
   if (!opts.capture_path.empty() && nd.serves) {
     auto log = config::capture_log::open(opts.capture_path);
     if (auto* e = std::get_if<std::string>(&log)) {
@@ -250,6 +256,10 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // A node without a store keeps the control node's latest snapshot here.
   const std::string snapshot_path = store_path + ".snapshot";
   actors::config_state config_source{"store"};
+  // A control node in a cluster publishes its routes and versions; a router node without the
+  // store starts from those its last-known-good snapshot holds.
+  config::registry_view received;
+  auto registry = store_node && cfg->cluster.clustered() ? std::make_shared<config::registry_board>() : nullptr;
   if (store_node) {
     auto loaded = open_store(store_path, *cfg, store);
     if (auto* e = std::get_if<std::string>(&loaded)) {
@@ -258,7 +268,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     }
     tenants = std::make_shared<config::tenancy_board>(std::move(std::get<config::tenancy>(loaded)));
   } else {
-    tenants = std::make_shared<config::tenancy_board>(starting_tenancy(*cfg, snapshot_path, config_source));
+    tenants = std::make_shared<config::tenancy_board>(starting_tenancy(*cfg, snapshot_path, config_source, &received));
   }
   // The io_context outlives the actor system: sinks post onto connection strands.
   boost::asio::io_context ioc;
@@ -284,7 +294,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     sys.registry().put(actors::worker_host_name, host);
   }
   if (region_node || store_node) {
-    auto spawned = spawn_region(sys, cfg, std::move(store), store_path, tenants, gauges, loader, ids->origin(), opts);
+    auto spawned = spawn_region(sys, cfg, std::move(store), store_path, tenants, gauges, loader, ids->origin(), opts,
+                                registry, received);
     if (auto* e = std::get_if<std::string>(&spawned)) {
       std::cerr << "kiln: " << *e << "\n";
       return 1;
@@ -326,7 +337,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   cluster_handles joined;
   if (!std::holds_alternative<std::string>(bound) && cfg->cluster.clustered()) {
     auto started = start_cluster(sys, *cfg, cfg->server.host + ":" + std::to_string(std::get<std::uint16_t>(bound)), gauges,
-                                 tenants, store_node ? std::string() : snapshot_path);
+                                 tenants, store_node ? std::string() : snapshot_path, registry);
     if (auto* err = std::get_if<std::string>(&started)) bound = *err;
     else joined = std::get<cluster_handles>(started);
   }

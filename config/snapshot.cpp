@@ -50,6 +50,24 @@ struct wire_route {
   MSGPACK_DEFINE_MAP(model, live, canary, canary_percent, shadow, shadow_percent, previous, previous_until);
 };
 
+struct wire_file {
+  std::string file, sha256;
+  MSGPACK_DEFINE_MAP(file, sha256);
+};
+
+struct wire_version {
+  std::string model, version, weights_uri, weights_hash, tokenizer_hash, chat_template, chat_template_hash, precision;
+  int gpus_per_replica = 1;
+  std::string engine_config;
+  double load_test_tokens_per_s = 0, load_test_tokens_in_flight = 0;
+  std::string status;
+  std::int64_t registered_at = 0;
+  std::vector<wire_file> files;
+  MSGPACK_DEFINE_MAP(model, version, weights_uri, weights_hash, tokenizer_hash, chat_template, chat_template_hash,
+                     precision, gpus_per_replica, engine_config, load_test_tokens_per_s, load_test_tokens_in_flight,
+                     status, registered_at, files);
+};
+
 struct wire_snapshot {
   std::uint64_t version = 0;
   std::string origin;
@@ -57,7 +75,8 @@ struct wire_snapshot {
   std::vector<wire_team> teams;
   std::vector<wire_key> keys;
   std::vector<wire_route> routes;
-  MSGPACK_DEFINE_MAP(version, origin, made_unix, teams, keys, routes);
+  std::vector<wire_version> versions;  // absent in a file from before it: none
+  MSGPACK_DEFINE_MAP(version, origin, made_unix, teams, keys, routes, versions);
 };
 
 void put_u64(std::string& out, std::uint64_t v) {
@@ -84,6 +103,13 @@ wire_snapshot to_wire(const config_snapshot& s) {
   for (const auto& k : s.tenants.keys) w.keys.push_back({k.key_id, k.team, k.hash});
   for (const auto& r : s.routes)
     w.routes.push_back({r.model, r.live, r.canary, r.canary_percent, r.shadow, r.shadow_percent, r.previous, r.previous_until});
+  for (const auto& v : s.versions) {
+    wire_version wv{v.model, v.version, v.weights_uri, v.weights_hash, v.tokenizer_hash, v.chat_template,
+                    v.chat_template_hash, v.precision, v.gpus_per_replica, v.engine_config, v.load_test_tokens_per_s,
+                    v.load_test_tokens_in_flight, v.status, v.registered_at, {}};
+    for (const auto& f : v.files) wv.files.push_back({f.file, f.sha256});
+    w.versions.push_back(std::move(wv));
+  }
   return w;
 }
 
@@ -106,6 +132,25 @@ std::variant<config_snapshot, std::string> from_wire(const wire_snapshot& w) {
   s.tenants.index();
   for (const auto& r : w.routes)
     s.routes.push_back({r.model, r.live, r.canary, r.canary_percent, r.shadow, r.shadow_percent, r.previous, r.previous_until});
+  for (const auto& wv : w.versions) {
+    model_version v;
+    v.model = wv.model;
+    v.version = wv.version;
+    v.weights_uri = wv.weights_uri;
+    v.weights_hash = wv.weights_hash;
+    v.tokenizer_hash = wv.tokenizer_hash;
+    v.chat_template = wv.chat_template;
+    v.chat_template_hash = wv.chat_template_hash;
+    v.precision = wv.precision;
+    v.gpus_per_replica = wv.gpus_per_replica;
+    v.engine_config = wv.engine_config;
+    v.load_test_tokens_per_s = wv.load_test_tokens_per_s;
+    v.load_test_tokens_in_flight = wv.load_test_tokens_in_flight;
+    v.status = wv.status;
+    v.registered_at = wv.registered_at;
+    for (const auto& f : wv.files) v.files.push_back({f.file, f.sha256});
+    s.versions.push_back(std::move(v));
+  }
   return s;
 }
 

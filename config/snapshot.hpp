@@ -1,10 +1,12 @@
 #pragma once
 // A configuration snapshot: what the control node pushes to every other node (teams, keys,
-// limits, model routes), versioned, and what each node keeps on disk as its last-known-good
+// limits, model routes and the registered versions they name), versioned, and what each node keeps on disk as its last-known-good
 // to serve from while the control node is unreachable. On disk and on the wire it is one
 // msgpack map behind a header: magic "KILNSNP1", the XXH64 of the payload and its length, so
 // a torn or altered file is refused rather than half-read.
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +24,32 @@ struct config_snapshot {
   std::int64_t made_unix = 0;
   tenancy tenants;            ///< teams with limits and tiers, keys as hashes
   std::vector<model_route> routes;
+  std::vector<model_version> versions;  ///< the registrations the routes name
+};
+
+/// The registry's part of a snapshot: every stored route and the registered versions they
+/// name, as the control node's store writer last read them (it sets the board after each
+/// change; the directory publishes what it holds).
+struct registry_view {
+  std::vector<model_route> routes;
+  std::vector<model_version> versions;
+};
+
+class registry_board {
+ public:
+  std::shared_ptr<const registry_view> get() const {
+    std::lock_guard lock(mu_);
+    return current_;
+  }
+  void set(registry_view v) {
+    auto next = std::make_shared<const registry_view>(std::move(v));
+    std::lock_guard lock(mu_);
+    current_ = std::move(next);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const registry_view> current_ = std::make_shared<const registry_view>();
 };
 
 /// The snapshot's version: a digest of what it holds (teams, keys, limits, routes), so equal

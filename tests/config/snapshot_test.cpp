@@ -6,6 +6,7 @@
 #include <string>
 
 #include <unistd.h>
+#include <msgpack.hpp>
 #include <xxhash.h>
 
 #include "config/snapshot.hpp"
@@ -31,6 +32,20 @@ config_snapshot sample() {
   s.tenants.index();
   s.routes.push_back({"chat-7b", "v2", "v3", 12.5, "", 0, "v1", 1796170000});
   s.routes.push_back({"chat-70b", "v1", "", 0, "v2", 100, "", 0});
+  model_version v;
+  v.model = "chat-7b";
+  v.version = "v3";
+  v.weights_uri = "http://control:8180/artifacts/chat-7b-v3";
+  v.weights_hash = std::string(64, 'b');
+  v.chat_template = "{{ messages }}";
+  v.precision = "int8";
+  v.gpus_per_replica = 2;
+  v.engine_config = R"({"replicas":3})";
+  v.load_test_tokens_per_s = 950.5;
+  v.status = "gated";
+  v.registered_at = 1796160000;
+  v.files = {{"model.safetensors", std::string(64, 'c')}, {"tokenizer.json", std::string(64, 'd')}};
+  s.versions.push_back(v);
   return s;
 }
 
@@ -79,6 +94,24 @@ TEST_CASE("snapshot: every field survives encoding; keys resolve to teams after 
   CHECK(d.routes[0].previous_until == 1796170000);
   CHECK(d.routes[1].shadow == "v2");
   CHECK(d.routes[1].shadow_percent == 100);
+  REQUIRE(d.versions.size() == 1);
+  const auto& v = d.versions[0];
+  CHECK(v.version == "v3");
+  CHECK(v.weights_uri == s.versions[0].weights_uri);
+  CHECK(v.chat_template == "{{ messages }}");
+  CHECK(v.precision == "int8");
+  CHECK(v.gpus_per_replica == 2);
+  CHECK(v.engine_config == R"({"replicas":3})");
+  CHECK(v.load_test_tokens_per_s == 950.5);
+  CHECK(v.status == "gated");
+  CHECK(v.registered_at == 1796160000);
+  REQUIRE(v.files.size() == 2);
+  CHECK(v.files[1].file == "tokenizer.json");
+  CHECK(v.files[1].sha256 == std::string(64, 'd'));
+  // The version digests the registrations too: a status change is a new configuration.
+  auto changed = s;
+  changed.versions[0].status = "live";
+  CHECK(content_version(changed) != content_version(s));
   // An empty snapshot is a snapshot too.
   CHECK(std::holds_alternative<config_snapshot>(decode_snapshot(encode_snapshot(config_snapshot{}))));
 }
@@ -149,4 +182,28 @@ TEST_CASE("snapshot: saved whole and replaced whole; a corrupt or missing file s
   // A directory that cannot be written: an error, no crash.
   CHECK(save_snapshot("/proc/kiln-no/x.snapshot", s).has_value());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("snapshot: a last-known-good written before snapshots carried versions still reads (no versions)") {
+  // The payload as an older kiln wrote it: the same map without "versions".
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(6);
+  pk.pack(std::string("version")), pk.pack(std::uint64_t{7});
+  pk.pack(std::string("origin")), pk.pack(std::string("control-1"));
+  pk.pack(std::string("made_unix")), pk.pack(std::int64_t{1796168926});
+  pk.pack(std::string("teams")), pk.pack_array(0);
+  pk.pack(std::string("keys")), pk.pack_array(0);
+  pk.pack(std::string("routes")), pk.pack_array(0);
+  std::string bytes = "KILNSNP1";
+  auto put = [&](std::uint64_t x) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((x >> (8 * i)) & 0xFF));
+  };
+  put(XXH64(buf.data(), buf.size(), 0));
+  put(buf.size());
+  bytes.append(buf.data(), buf.size());
+  auto r = decode_snapshot(bytes);
+  REQUIRE(std::holds_alternative<config_snapshot>(r));
+  CHECK(std::get<config_snapshot>(r).origin == "control-1");
+  CHECK(std::get<config_snapshot>(r).versions.empty());
 }

@@ -19,6 +19,7 @@
 
 #include "tests/support/http_client.hpp"
 #include "tests/support/kiln_process.hpp"
+#include "tests/support/stream_client.hpp"
 
 using namespace kiln::test;
 using namespace std::chrono_literals;
@@ -140,4 +141,53 @@ TEST_CASE("control apart: a router node follows, meters into and outlives its co
   ctl.reset();
   remove_store(ctl_store);
   remove_store(edge_store);
+}
+
+TEST_CASE("control apart: a version promoted at the router node serves from last-known-good after a restart while the control node is away") {
+  char tmpl[] = "/tmp/kiln-e2e-ctl-route-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const int pc = free_port(), pr = free_port();
+  auto cfg = [&](const std::string& name, const std::string& roles, int port, int seed) {
+    return node_config(name, roles, port, seed) + cpu_pool("tiny-chat", root + "/v1");
+  };
+  auto ctl = std::make_unique<kiln_process>(cfg("ctl", "[\"control\"]", pc, 0));
+  const std::string edge_store = root + "/edge.db";
+  const std::string edge_cfg = cfg("b-router", "[\"router\", \"worker\"]", pr, pc);
+  auto edge = std::make_unique<kiln_process>(edge_cfg, process_options{"", 0, 0, edge_store, ""});
+  REQUIRE(eventually([&] { return config_of(edge->port()).value("source", "") == "control"; }, 20s));
+  std::filesystem::copy(root + "/v1", root + "/v2");
+
+  // Registered and promoted through the router node: stored on the control node, whose
+  // snapshot carries the route and the registration back.
+  auto r = run_ops(edge->port(), "register tiny-chat v2 " + root + "/v2");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // The alias moves once v2's pool serves (it loads on the first order).
+  REQUIRE(eventually([&] { return (r = run_ops(edge->port(), "alias tiny-chat v2")).status == 0; }, 20s));
+  CHECK(r.out.find("live v2, previous v1 kept loaded") != std::string::npos);
+  auto served_version = [&] {
+    auto got = run_streams(edge->port(),
+                           {{R"({"model":"tiny-chat","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]})",
+                             {"Authorization: Bearer key-search"}, 0}},
+                           30);
+    return got[0].status == 200 ? got[0].replica_id : "status " + std::to_string(got[0].status);
+  };
+  CHECK(served_version().find("-v2-") != std::string::npos);
+  REQUIRE(eventually([&] { return config_of(edge->port())["version"] == config_of(ctl->port())["version"]; }, 5s));
+
+  // The control node away and the router node restarted: the route and the registration come
+  // from its last-known-good, and v2 loads and serves.
+  ctl->signal(SIGKILL);
+  ctl->wait_exit(5000);
+  edge->signal(SIGTERM);
+  CHECK(edge->wait_exit(15000) == 0);
+  edge = std::make_unique<kiln_process>(edge_cfg, process_options{"", 0, 0, edge_store, ""});
+  CHECK(config_of(edge->port())["source"] == "last-known-good");
+  CHECK(eventually([&] { return served_version().find("-v2-") != std::string::npos; }, 20s));
+  // A rollout waits for the control node (the registration of another version is there).
+  CHECK(run_ops(edge->port(), "alias tiny-chat v1").status != 0);
+  edge.reset();
+  ctl.reset();
+  remove_store(edge_store);
+  std::filesystem::remove_all(root);
 }
