@@ -8,6 +8,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/expected.hpp>
+#include <caf/result.hpp>
+#include <caf/typed_response_promise.hpp>
 
 namespace kiln::actors {
 
@@ -27,6 +29,16 @@ void ask(caf::actor_system& sys, const caf::actor& target, Msg msg, caf::timespa
               self->quit();
             });
   });
+}
+
+/// Inside an actor: asks `target` and answers the request being handled with what it answers,
+/// or with its error (a timeout included).
+template <class Answer, class Self, class Msg>
+caf::result<Answer> pass_on(Self* self, const caf::actor& target, Msg msg, caf::timespan timeout) {
+  auto rp = self->template make_response_promise<Answer>();
+  self->request(target, timeout, std::move(msg))
+      .then([rp](Answer& a) mutable { rp.deliver(std::move(a)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
 }
 
 /// The text of an error's context (what make_error was given), else its rendering.

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/admission.hpp"
+#include "actors/ask.hpp"
 #include "actors/store_writer.hpp"
 
 namespace kiln::actors {
@@ -183,11 +184,7 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
         const config::pool_config* p = pool_of_replica(st, d.replica_id);
         const caf::actor pool = p ? st.sup.child(node_state::pool_child(*p)) : caf::actor{};
         if (!pool) return caf::make_error(caf::sec::invalid_argument, "no replica named " + d.replica_id);
-        auto rp = self->make_response_promise<std::string>();
-        self->request(pool, std::chrono::seconds(3), d)
-            .then([rp](std::string& phase) mutable { rp.deliver(std::move(phase)); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
+        return pass_on<std::string>(self, pool, d, std::chrono::seconds(3));
       },
       [self](chaos_request& c) { return on_chaos(self, c); },
   };

@@ -1,5 +1,7 @@
 #include "actors/pool_supervisor.hpp"
 
+#include "actors/ask.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -143,14 +145,8 @@ supervisor_flags restart_flags(const config::pool_config& p) {
 child_spec replica_spec(stateful* self, caf::timespan cold_start) {
   auto& st = self->state;
   const config::pool_config& p = *st.d.cfg;
-  replica_deps rd;
-  rd.who = {replica_id_of(p, st.next_replica++), p.model, p.version, st.d.region};
-  rd.pool = st.runtime;
-  rd.gauges = st.d.gauges;
-  rd.loader = st.d.loader;
-  rd.engine_restarts = restart_flags(p);
-  rd.heartbeat = ms_span(p.heartbeat_ms);
-  rd.cold_start = cold_start;
+  const replica_deps rd = replica_deps_for(p, {replica_id_of(p, st.next_replica++), p.model, p.version, st.d.region},
+                                           st.runtime, st.d.gauges, st.d.loader, cold_start);
   st.replica_ids.push_back(rd.who.replica_id);
   if (st.d.remote_replicas)
     return {rd.who.replica_id,
@@ -301,11 +297,7 @@ template <class Msg>
 caf::result<std::string> ask_replica(stateful* self, const std::string& id, Msg msg) {
   const caf::actor r = self->state.sup.child(id);
   if (!r) return caf::make_error(caf::sec::invalid_argument, "replica " + id + " is not running");
-  auto rp = self->make_response_promise<std::string>();
-  self->request(r, std::chrono::seconds(2), std::move(msg))
-      .then([rp](std::string& phase) mutable { rp.deliver(std::move(phase)); },
-            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-  return rp;
+  return pass_on<std::string>(self, r, std::move(msg), std::chrono::seconds(2));
 }
 
 }  // namespace

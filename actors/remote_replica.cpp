@@ -1,5 +1,7 @@
 #include "actors/remote_replica.hpp"
 
+#include "actors/ask.hpp"
+
 #include <cstdio>
 
 #include <caf/all.hpp>
@@ -61,15 +63,6 @@ void place(stateful* self) {
           [self](caf::error& e) { retry_later(self, self->system().render(e)); });
 }
 
-// Passes an ask on to the hosted replica and its answer back.
-template <class Answer, class Msg>
-caf::result<Answer> relay(stateful* self, Msg msg) {
-  auto rp = self->make_response_promise<Answer>();
-  self->request(self->state.remote, std::chrono::seconds(2), std::move(msg))
-      .then([rp](Answer& a) mutable { rp.deliver(std::move(a)); }, [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-  return rp;
-}
-
 }  // namespace
 
 caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor router,
@@ -106,7 +99,7 @@ caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor route
       },
       [self](drain_atom) -> caf::result<std::string> {
         auto& st = self->state;
-        if (st.remote) return relay<std::string>(self, drain_atom::value);
+        if (st.remote) return pass_on<std::string>(self, st.remote, drain_atom::value, std::chrono::seconds(2));
         st.drained = true;
         return std::string(to_string(replica_phase::stopped));
       },
@@ -118,7 +111,7 @@ caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor route
         if (self->state.remote) self->send(self->state.remote, c);
       },
       [self](state_atom) -> caf::result<replica_status> {
-        if (self->state.remote) return relay<replica_status>(self, state_atom::value);
+        if (self->state.remote) return pass_on<replica_status>(self, self->state.remote, state_atom::value, std::chrono::seconds(2));
         return own_status(self->state);
       },
   };

@@ -165,4 +165,18 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
   };
 }
 
+replica_deps replica_deps_for(const config::pool_config& p, engine_identity who, std::shared_ptr<const pool_runtime> rt,
+                              std::shared_ptr<fleet_gauges> gauges, std::shared_ptr<actors::loader> loader,
+                              caf::timespan cold_start) {
+  replica_deps rd;
+  rd.who = std::move(who);
+  rd.pool = std::move(rt);
+  rd.gauges = std::move(gauges);
+  rd.loader = std::move(loader);
+  rd.engine_restarts = {restart_strategy::one_for_one, p.restart_intensity, std::chrono::milliseconds(p.restart_period_ms)};
+  rd.heartbeat = std::chrono::milliseconds(p.heartbeat_ms);
+  rd.cold_start = cold_start;
+  return rd;
+}
+
 }  // namespace kiln::actors

@@ -70,4 +70,10 @@ struct replica_state {
 
 caf::behavior replica(caf::stateful_actor<replica_state>* self, replica_deps deps, caf::actor router);
 
+/// What a replica of pool `p` runs with: its identity, the pool's prepared runtime, the
+/// engine's restart bounds and the heartbeat from the pool's config, and its cold start.
+replica_deps replica_deps_for(const config::pool_config& p, engine_identity who, std::shared_ptr<const pool_runtime> rt,
+                              std::shared_ptr<fleet_gauges> gauges, std::shared_ptr<actors::loader> loader,
+                              caf::timespan cold_start);
+
 }  // namespace kiln::actors

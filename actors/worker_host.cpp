@@ -40,14 +40,8 @@ caf::expected<caf::actor> start(stateful* self, const host_replica& h, const con
   if (auto it = st.hosted.find(h.replica_id); it != st.hosted.end()) return it->second;
   const auto& rt = st.runtimes.at(key_of(h.model, h.version));
   if (!rt->failure.empty()) return caf::make_error(caf::sec::runtime_error, "pool " + key_of(h.model, h.version) + ": " + rt->failure);
-  replica_deps rd;
-  rd.who = {h.replica_id, h.model, h.version, h.region};
-  rd.pool = rt;
-  rd.gauges = st.d.gauges;
-  rd.loader = st.d.loader;
-  rd.engine_restarts = {restart_strategy::one_for_one, p.restart_intensity, std::chrono::milliseconds(p.restart_period_ms)};
-  rd.heartbeat = std::chrono::milliseconds(p.heartbeat_ms);
-  rd.cold_start = std::chrono::milliseconds(h.cold_start_ms);
+  const replica_deps rd = replica_deps_for(p, {h.replica_id, h.model, h.version, h.region}, rt, st.d.gauges, st.d.loader,
+                                           std::chrono::milliseconds(h.cold_start_ms));
   // Linked: the host's end (the node stopping) ends its replicas; their ends are down messages.
   auto r = self->spawn<caf::linked>(replica, rd, h.router);
   self->monitor(r);

@@ -13,6 +13,7 @@
 
 #include "actors/loader.hpp"
 #include "actors/admission.hpp"
+#include "actors/ask.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_supervisor.hpp"
 #include "actors/worker_host.hpp"
@@ -319,11 +320,7 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
         const member_info* followed = followed_control(st);
         if (!followed)
           return caf::make_error(caf::sec::invalid_argument, "no control node is reachable from node " + st.d.self.node);
-        auto rp = self->make_response_promise<caf::actor>();
-        self->request(followed->directory, std::chrono::seconds(3), control_atom::value)
-            .then([rp](caf::actor& a) mutable { rp.deliver(std::move(a)); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
+        return actors::pass_on<caf::actor>(self, followed->directory, control_atom::value, std::chrono::seconds(3));
       },
       [self](actors::find_worker_atom, const std::string& replica_id) -> caf::result<caf::actor> {
         // Replicas are placed once every seed has been tried (reached or not), so a node's
@@ -338,11 +335,7 @@ caf::behavior directory(self_ptr self, directory_deps deps, caf::io::middleman_a
       [self](actors::host_replica& h) -> caf::result<caf::actor> {
         auto host = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::worker_host_name));
         if (!host) return caf::make_error(caf::sec::invalid_argument, "node " + self->state.d.self.node + " is not a worker node");
-        auto rp = self->make_response_promise<caf::actor>();
-        self->request(host, std::chrono::minutes(5), std::move(h))
-            .then([rp](caf::actor& a) mutable { rp.deliver(std::move(a)); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
+        return actors::pass_on<caf::actor>(self, host, std::move(h), std::chrono::minutes(5));
       },
       [self](actors::unhost_replica& u) {
         auto host = caf::actor_cast<caf::actor>(self->home_system().registry().get(actors::worker_host_name));

@@ -255,7 +255,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   std::shared_ptr<config::tenancy_board> tenants;
   // A node without a store keeps the control node's latest snapshot here.
   const std::string snapshot_path = store_path + ".snapshot";
-  actors::config_state config_source{"store"};
+  actors::config_state config_source;
+  config_source.source = "store";
   // A control node in a cluster publishes its routes and versions; a router node without the
   // store starts from those its last-known-good snapshot holds.
   config::registry_view received;

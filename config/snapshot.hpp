@@ -5,8 +5,6 @@
 // msgpack map behind a header: magic "KILNSNP1", the XXH64 of the payload and its length, so
 // a torn or altered file is refused rather than half-read.
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,22 +33,7 @@ struct registry_view {
   std::vector<model_version> versions;
 };
 
-class registry_board {
- public:
-  std::shared_ptr<const registry_view> get() const {
-    std::lock_guard lock(mu_);
-    return current_;
-  }
-  void set(registry_view v) {
-    auto next = std::make_shared<const registry_view>(std::move(v));
-    std::lock_guard lock(mu_);
-    current_ = std::move(next);
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const registry_view> current_ = std::make_shared<const registry_view>();
-};
+using registry_board = board<registry_view>;
 
 /// The snapshot's version: a digest of what it holds (teams, keys, limits, routes), so equal
 /// configurations have equal versions on every node and across restarts.

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/board.hpp"
 #include "config/config.hpp"
 #include "config/registry.hpp"
 
@@ -49,24 +50,8 @@ struct tenancy {
 };
 
 /// Where the current tenancy is published: the store writer replaces it after each change,
-/// the front reads it on each request's head. A publication point, not state the actors share.
-class tenancy_board {
- public:
-  explicit tenancy_board(tenancy t) : current_(std::make_shared<const tenancy>(std::move(t))) {}
-  std::shared_ptr<const tenancy> get() const {
-    std::lock_guard lock(mu_);
-    return current_;
-  }
-  void set(tenancy t) {
-    auto next = std::make_shared<const tenancy>(std::move(t));
-    std::lock_guard lock(mu_);
-    current_ = std::move(next);
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const tenancy> current_;
-};
+/// the front reads it on each request's head.
+using tenancy_board = board<tenancy>;
 
 /// One row of usage: a team's use of one model version in one minute.
 struct usage_row {

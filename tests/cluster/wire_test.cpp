@@ -225,7 +225,7 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: membership crosses nodes whole, alone and
 
 TEST_CASE_FIXTURE(wire_fixture, "wire: what passes between a router node and its worker nodes crosses whole") {
   const caf::actor router = local_actor(), engine = local_actor();
-  actors::host_replica h{"chat-7b-v1-r2", "chat-7b", "v1", "a", router, 360000};
+  actors::host_replica h{"chat-7b-v1-r2", "chat-7b", "v1", "a", router, 360000, {}};
   auto bh = round_trip(h);
   CHECK(bh.replica_id == "chat-7b-v1-r2");
   CHECK(bh.model == "chat-7b");
