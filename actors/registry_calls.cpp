@@ -1,5 +1,6 @@
-// The store writer's registry calls. Hashing a model directory reads every weight file, so
-// it runs on the writer's thread like every other disk access.
+// The store writer's registry calls. A registration comes hashed by the node that registers
+// it (reading every weight file takes seconds: never on the writer's thread, which other
+// calls wait on, nor on a control node that does not hold the files).
 #include "actors/registry_calls.hpp"
 
 #include <caf/all.hpp>
@@ -25,27 +26,16 @@ std::string listing(const config::model_hashes& h) {
   return out;
 }
 
-registration register_on_disk(config::store& s, config::model_version v, const std::string& files_dir) {
+registration register_hashed(config::store& s, config::model_version v, const config::model_hashes& h,
+                             const std::string& where) {
   registration r;
-  auto dir = files_dir.empty() ? config::local_dir_of(v.weights_uri)
-                               : std::variant<std::string, std::string>(std::in_place_index<0>, files_dir);
-  if (dir.index() == 1) {
-    r.mismatch = std::get<1>(dir);
-    return r;
-  }
-  auto hashed = config::hash_model_dir(std::get<0>(dir));
-  if (hashed.index() == 1) {
-    r.mismatch = std::get<1>(hashed);
-    return r;
-  }
-  const auto& h = std::get<0>(hashed);
   if (h.weights_hash != v.weights_hash) {
-    r.mismatch = "weights_hash " + v.weights_hash + " does not match the files under " + std::get<0>(dir) +
-                 " (weights hash " + h.weights_hash + " over " + listing(h) + ")";
+    r.mismatch = "weights_hash " + v.weights_hash + " does not match the files under " + where + " (weights hash " +
+                 h.weights_hash + " over " + listing(h) + ")";
     return r;
   }
   if (h.tokenizer_hash != v.tokenizer_hash) {
-    r.mismatch = "tokenizer_hash " + v.tokenizer_hash + " does not match " + std::get<0>(dir) + "/tokenizer.json (" +
+    r.mismatch = "tokenizer_hash " + v.tokenizer_hash + " does not match " + where + "/tokenizer.json (" +
                  (h.tokenizer_hash.empty() ? std::string("missing") : h.tokenizer_hash) + ")";
     return r;
   }
@@ -62,7 +52,7 @@ caf::message_handler registry_calls(stateful* self) {
       [self](register_version_call& c) -> caf::result<version_registered> {
         auto rp = self->make_response_promise<version_registered>();
         on_disk<registration>(
-            self, [v = c.version, dir = c.files_dir](config::store& s) { return register_on_disk(s, v, dir); },
+            self, [c](config::store& s) { return register_hashed(s, c.version, c.hashed, c.where); },
             [rp](registration& r) mutable {
               if (!r.mismatch.empty()) {
                 rp.deliver(make_error(errc::invalid_request, r.mismatch));

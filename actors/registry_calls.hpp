@@ -19,6 +19,11 @@ typename Inspector::result_type inspect(Inspector& f, file_hash& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_hashes& x) {
+  return f(caf::meta::type_name("model_hashes"), x.files, x.weights_hash, x.tokenizer_hash);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_version& x) {
   return f(caf::meta::type_name("model_version"), x.model, x.version, x.weights_uri, x.weights_hash, x.tokenizer_hash,
            x.chat_template, x.chat_template_hash, x.precision, x.gpus_per_replica, x.engine_config,
@@ -47,11 +52,13 @@ typename Inspector::result_type inspect(Inspector& f, pool_limits& x) {
 
 namespace kiln::actors {
 
-/// Registers a version: the files under its weights URI are hashed and must match the
-/// hashes given; answers version_registered, 409 (conflict) for other content.
+/// Registers a version whose files the registering node has hashed (off the actor threads,
+/// on its own disk: the store may be another node's); the hashes must match those given.
+/// Answers version_registered, 400 for a mismatch, 409 (conflict) for other content.
 struct register_version_call {
   config::model_version version;
-  std::string files_dir;  ///< where its files are on this node ("": weights_uri's local directory)
+  config::model_hashes hashed;  ///< of the files as the registering node found them
+  std::string where;            ///< their directory there, for messages
 };
 struct version_registered {
   config::model_version version;
@@ -109,7 +116,7 @@ struct scale_settings {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, register_version_call& x) {
-  return f(caf::meta::type_name("register_version_call"), x.version, x.files_dir);
+  return f(caf::meta::type_name("register_version_call"), x.version, x.hashed, x.where);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, version_registered& x) {

@@ -109,14 +109,24 @@ void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::
       return answer_bad_request(ex, "'engine_config.replicas' must be a whole number from 1 to 1024.", "engine_config");
     v.engine_config = e.dump();
   }
-  auto store = [&f, ex](config::model_version v, std::string files_dir) {
-    actors::ask<actors::version_registered>(*f.deps.sys, store_of(f), actors::register_version_call{std::move(v), std::move(files_dir)},
-                                            kAskTimeout, [&f, ex](caf::expected<actors::version_registered> r) {
-                                              if (!r) return answer_failure(f, ex, r.error(), "store");
-                                              answer_json(ex, r->created ? 201 : 200, version_json(r->version));
-                                            });
+  // The files are hashed here, off the I/O and actor threads (the store may be another node's,
+  // and its writer is not to wait seconds on one registration), then stored.
+  auto background = f.deps.background ? f.deps.background : [](std::function<void()> work) { work(); };
+  auto store = [&f, ex](config::model_version v, std::string dir) {
+    auto hashed = config::hash_model_dir(dir);
+    if (auto* why = std::get_if<std::string>(&hashed)) return answer_bad_request(ex, *why, "weights_uri");
+    actors::ask<actors::version_registered>(
+        *f.deps.sys, store_of(f), actors::register_version_call{std::move(v), std::get<config::model_hashes>(hashed), dir},
+        kAskTimeout, [&f, ex](caf::expected<actors::version_registered> r) {
+          if (!r) return answer_failure(f, ex, r.error(), "store");
+          answer_json(ex, r->created ? 201 : 200, version_json(r->version));
+        });
   };
-  if (!config::is_http_uri(v.weights_uri)) return store(std::move(v), "");
+  if (!config::is_http_uri(v.weights_uri)) {
+    auto dir = config::local_dir_of(v.weights_uri);
+    if (auto* why = std::get_if<1>(&dir)) return answer_bad_request(ex, *why, "weights_uri");
+    return background([store, v = std::move(v), dir = std::get<0>(dir)]() mutable { store(std::move(v), dir); });
+  }
   // The pulled copy lives under the cache at {model}/{version}: names that stay there.
   if (!config::valid_artifact_name(v.model))
     return answer_bad_request(ex, "A model pulled over HTTP needs a name of letters, digits, '.', '_' or '-', not starting with '.'.",
@@ -124,7 +134,7 @@ void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::
   if (!config::valid_artifact_name(v.version))
     return answer_bad_request(ex, "'version' must not start with '.' for a version pulled over HTTP.", "version");
   // Weights on an artifact endpoint: pulled here first (off the I/O and actor threads) and
-  // verified as they arrive; the store then hashes the pulled copy as it would a local one.
+  // verified as they arrive; the pulled copy is then hashed as a local one would be.
   if (!f.deps.background)
     return answer_error(ex, {503, "server_error", "This node cannot pull weights.", "weights_uri", "unavailable"});
   const auto& pulls = f.deps.cfg->artifacts;

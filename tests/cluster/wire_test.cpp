@@ -339,11 +339,15 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a router node's store calls on its contro
   v.weights_uri = "http://control:8180/artifacts/chat-7b/v2";
   v.files = {{"model.safetensors", std::string(64, 'a')}};
   v.load_test_tokens_per_s = 950.5;
-  auto reg = round_trip(actors::register_version_call{v, "/tmp/v2"});
+  auto reg = round_trip(actors::register_version_call{v, {v.files, std::string(64, 'e'), std::string(64, 'f')}, "/tmp/v2"});
   CHECK(reg.version.weights_uri == v.weights_uri);
   REQUIRE(reg.version.files.size() == 1);
   CHECK(reg.version.files[0].sha256 == std::string(64, 'a'));
-  CHECK(reg.files_dir == "/tmp/v2");
+  REQUIRE(reg.hashed.files.size() == 1);
+  CHECK(reg.hashed.files[0].file == "model.safetensors");
+  CHECK(reg.hashed.weights_hash == std::string(64, 'e'));
+  CHECK(reg.hashed.tokenizer_hash == std::string(64, 'f'));
+  CHECK(reg.where == "/tmp/v2");
   auto vr = round_trip(actors::version_registered{v, true});
   CHECK(vr.created);
   CHECK(vr.version.load_test_tokens_per_s == 950.5);

@@ -162,6 +162,7 @@ TEST_CASE("control apart: a version promoted at the router node serves from last
   auto r = run_ops(edge->port(), "register tiny-chat v2 " + root + "/v2");
   INFO(r.out);
   REQUIRE(r.status == 0);
+  const json before = config_of(ctl->port())["version"];
   // The alias moves once v2's pool serves (it loads on the first order).
   REQUIRE(eventually([&] { return (r = run_ops(edge->port(), "alias tiny-chat v2")).status == 0; }, 20s));
   CHECK(r.out.find("live v2, previous v1 kept loaded") != std::string::npos);
@@ -173,7 +174,14 @@ TEST_CASE("control apart: a version promoted at the router node serves from last
     return got[0].status == 200 ? got[0].replica_id : "status " + std::to_string(got[0].status);
   };
   CHECK(served_version().find("-v2-") != std::string::npos);
-  REQUIRE(eventually([&] { return config_of(edge->port())["version"] == config_of(ctl->port())["version"]; }, 5s));
+  // The snapshot with the new route reached the router node (and its last-known-good file).
+  REQUIRE(eventually(
+      [&] {
+        const json v = config_of(edge->port())["version"];
+        return v != before && v == config_of(ctl->port())["version"];
+      },
+      5s));
+  std::this_thread::sleep_for(500ms);
 
   // The control node away and the router node restarted: the route and the registration come
   // from its last-known-good, and v2 loads and serves.
