@@ -97,7 +97,8 @@ void on_written(stateful* self, const detail::wal_written& w) {
   arm_flush(self);
 }
 
-// Folds what is durable into rows for the store; the segments go once the store has them.
+// Sends what is durable to the store (which folds it into rows); the segments go once the
+// store has it.
 void fold_now(stateful* self) {
   auto& st = self->state;
   if (st.folding || st.writing || st.durable.empty()) return;
@@ -105,7 +106,6 @@ void fold_now(stateful* self) {
   st.folding_batch = std::exchange(st.durable, {});
   st.folding_through = 0;
   for (const auto& r : st.folding_batch) st.folding_through = std::max(st.folding_through, r.seq);
-  st.folding_rows = config::fold(st.folding_batch);
   // Close the open segment first: what it and the older ones hold is exactly the batch (no
   // write is in progress).
   st.thread->run([wal = st.wal, handle = caf::actor_cast<caf::actor>(self)] {
@@ -140,13 +140,12 @@ void send_fold(stateful* self) {
   if (!store) return fold_failed(self, "no store writer");
   std::uint64_t from = st.folding_through;
   for (const auto& r : st.folding_batch) from = std::min(from, r.seq);
-  self->request(store, std::chrono::seconds(30), usage_fold{st.folding_rows, st.folding_through, from, st.d.ledger})
+  self->request(store, std::chrono::seconds(30), usage_fold{st.folding_batch, st.folding_through, from, st.d.ledger})
       .then(
           [self](std::uint64_t watermark) {
             auto& st = self->state;
             if (watermark < st.folding_through) {
               std::erase_if(st.folding_batch, [&](const config::usage_record& r) { return r.seq <= watermark; });
-              st.folding_rows = config::fold(st.folding_batch);
               return send_fold(self);
             }
             st.folding = false;

@@ -2,10 +2,11 @@
 // Metering: one usage record per finished request (and per refusal) into the usage WAL,
 // written on the meter's own thread with fsync batched every 100 ms; a completed request's
 // end reaches its client only once its record is durable, so what a client was told it
-// received is what is counted. Every minute of the actor clock the records are folded into
-// usage rows, one per team, model, version and minute, written to the store by the store
-// writer with the last record they include; then their segments are deleted. At start, what
-// the store has not folded yet is replayed from the WAL.
+// received is what is counted. Every minute of the actor clock the records go to the store
+// writer, which folds them into usage rows (one per team, model, version and minute; each
+// request id once, across every node that meters into the store) with the last record they
+// include; then their segments are deleted. At start, what the store has not folded yet is
+// replayed from the WAL.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -79,7 +80,6 @@ struct meter_state {
   std::vector<config::usage_record> writing_batch;        ///< the write in progress
   std::vector<std::pair<caf::actor, stream_end>> writing_ends;
   std::vector<config::usage_record> folding_batch;        ///< the fold in progress
-  std::vector<config::usage_row> folding_rows;
   std::uint64_t folding_through = 0;
   std::vector<std::string> folding_closed;                ///< segments the fold empties
   bool replayed = false;

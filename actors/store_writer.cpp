@@ -214,12 +214,17 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
       [self](usage_fold& f) -> caf::result<std::uint64_t> {
         auto rp = self->make_response_promise<std::uint64_t>();
         on_disk<std::variant<config::usage_folded, std::string>>(
-            self, [f](config::store& s) { return s.fold_usage(f.ledger, f.from_seq, f.through_seq, f.rows); },
+            self, [f](config::store& s) { return s.fold_usage(f.ledger, f.from_seq, f.through_seq, f.records); },
             [rp](std::variant<config::usage_folded, std::string>& r) mutable {
-              if (auto* err = std::get_if<std::string>(&r))
+              if (auto* err = std::get_if<std::string>(&r)) {
                 rp.deliver(make_error(errc::internal, "The store refused usage rows: " + *err));
-              else
-                rp.deliver(std::get<config::usage_folded>(r).watermark);
+                return;
+              }
+              const auto& done = std::get<config::usage_folded>(r);
+              if (done.duplicates > 0)
+                std::fprintf(stderr, "kiln: usage: %lld records of requests another node had metered counted once\n",
+                             static_cast<long long>(done.duplicates));
+              rp.deliver(done.watermark);
             });
         return rp;
       },

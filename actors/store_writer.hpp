@@ -30,6 +30,12 @@ typename Inspector::result_type inspect(Inspector& f, team_limit& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_record& x) {
+  return f(caf::meta::type_name("usage_record"), x.seq, x.id_origin, x.id_seq, x.team, x.model, x.version, x.minute,
+           x.prompt_tokens, x.cached_tokens, x.output_tokens, x.requests, x.shed);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_row& x) {
   return f(caf::meta::type_name("usage_row"), x.team, x.model, x.version, x.minute, x.prompt_tokens, x.cached_tokens,
            x.output_tokens, x.requests, x.shed);
@@ -64,10 +70,10 @@ struct usage_query {
   std::int64_t from_minute = 0;
   std::int64_t to_minute = 0;
 };
-/// Rows to add to the usage table (from metering): records from_seq..through_seq of a ledger,
-/// applied once (config::store::fold_usage); answers the ledger's watermark after it.
+/// A meter's records from_seq..through_seq of a ledger, for the usage table: applied once,
+/// each request once (config::store::fold_usage); answers the ledger's watermark after it.
 struct usage_fold {
-  std::vector<config::usage_row> rows;
+  std::vector<config::usage_record> records;
   std::uint64_t through_seq = 0;  ///< the last usage record these rows include
   std::uint64_t from_seq = 0;     ///< the first
   std::string ledger;             ///< the metering node ("": the store's own node)
@@ -106,7 +112,7 @@ typename Inspector::result_type inspect(Inspector& f, usage_query& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_fold& x) {
-  return f(caf::meta::type_name("usage_fold"), x.rows, x.through_seq, x.from_seq, x.ledger);
+  return f(caf::meta::type_name("usage_fold"), x.records, x.through_seq, x.from_seq, x.ledger);
 }
 
 struct store_writer_state {

@@ -1,9 +1,12 @@
 #include "config/store.hpp"
+
+#include "config/usage_wal.hpp"
 #include "config/db.hpp"
 #include "config/region_shares.hpp"
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -80,7 +83,16 @@ CREATE TABLE region_use(region TEXT, team TEXT, model TEXT, tokens_per_minute RE
   PRIMARY KEY(region, team, model));
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
+// Version 7: the request ids metered lately, so a request two ledgers recorded (a front
+// metering what a lost region had sent, and the region's own record folded after its
+// restart) counts once.
+constexpr const char* kSchemaV7 = R"sql(
+CREATE TABLE metered_ids(id_origin INTEGER NOT NULL, id_seq INTEGER NOT NULL, minute INTEGER NOT NULL,
+  ledger TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(id_origin, id_seq));
+CREATE INDEX metered_ids_minute ON metered_ids(minute);
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7};
 
 // Runs `body` in one transaction: committed when it returns no error, else rolled back and
 // its error returned.
@@ -329,7 +341,7 @@ std::optional<std::string> store::add_usage(const std::vector<usage_row>& rows, 
 }
 
 std::variant<usage_folded, std::string> store::fold_usage(const std::string& ledger, std::uint64_t from_seq,
-                                                           std::uint64_t through_seq, const std::vector<usage_row>& rows) {
+                                                           std::uint64_t through_seq, const std::vector<usage_record>& records) {
   if (from_seq == 0 || through_seq < from_seq) return std::string("a fold needs records 1 <= from_seq <= through_seq");
   const std::string& name = ledger.empty() ? ledger_ : ledger;
   usage_folded out;
@@ -339,7 +351,30 @@ std::variant<usage_folded, std::string> store::fold_usage(const std::string& led
     if (auto e = raise_watermark(*db_, name, through_seq)) return e;
     out.watermark = through_seq;
     out.applied = true;
-    return insert_usage(*db_, rows);
+    // Each request once: a record whose id is metered already (by any ledger) is skipped.
+    std::vector<usage_record> first;
+    std::int64_t latest = 0;
+    for (const auto& r : records) {
+      const auto origin = static_cast<std::int64_t>(r.id_origin), id = static_cast<std::int64_t>(r.id_seq);
+      if (auto e = statement(*db_, "INSERT INTO metered_ids(id_origin, id_seq, minute, ledger, seq) VALUES(?, ?, ?, ?, ?) "
+                                   "ON CONFLICT DO NOTHING")
+                       .bind(1, origin)
+                       .bind(2, id)
+                       .bind(3, r.minute)
+                       .bind(4, name)
+                       .bind(5, static_cast<std::int64_t>(r.seq))
+                       .run())
+        return e;
+      statement who(*db_, "SELECT ledger, seq FROM metered_ids WHERE id_origin = ? AND id_seq = ?");
+      who.bind(1, origin).bind(2, id);
+      if (!who.row()) return std::string("cannot read the metered request ids");
+      if (who.text(0) == name && who.integer(1) == static_cast<std::int64_t>(r.seq)) first.push_back(r);
+      else ++out.duplicates;
+      latest = std::max(latest, r.minute);
+    }
+    if (auto e = statement(*db_, "DELETE FROM metered_ids WHERE minute < ?").bind(1, latest - kMeteredIdsMinutes).run())
+      return e;
+    return insert_usage(*db_, fold(first));
   });
   if (err) return *err;
   return out;

@@ -66,10 +66,28 @@ struct usage_row {
   std::int64_t shed = 0;  ///< 429 + 503
 };
 
-/// What a meter's fold did: the ledger's watermark after it, and whether its rows went in.
+/// One finished request (or refusal) as a meter logs it (config/usage_wal.hpp).
+struct usage_record {
+  std::uint64_t seq = 0;  ///< increasing across restarts
+  std::uint64_t id_origin = 0;
+  std::uint64_t id_seq = 0;  ///< the request's id
+  std::string team;
+  std::string model;
+  std::string version;
+  std::int64_t minute = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;
+  std::int64_t output_tokens = 0;
+  std::int64_t requests = 0;
+  std::int64_t shed = 0;
+};
+
+/// What a meter's fold did: the ledger's watermark after it, whether its records went in, and
+/// how many of them another ledger had metered already (the same request id).
 struct usage_folded {
   std::uint64_t watermark = 0;
   bool applied = false;
+  std::int64_t duplicates = 0;
 };
 
 class store {
@@ -82,7 +100,7 @@ class store {
   /// postgres:// or postgresql:// path names, and migrates it to the current schema. `ledger`
   /// names this node's usage watermark in a store nodes share ("": a single node's).
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path, const std::string& ledger = "");
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
   int schema_version();
   const std::string& path() const { return path_; }
   /// Whether other nodes may share it (PostgreSQL).
@@ -104,12 +122,16 @@ class store {
   /// Adds each row to what the store holds for its (team, model, version, minute), and (in the
   /// same transaction) moves the meter's watermark to `through_seq` when it is past it.
   std::optional<std::string> add_usage(const std::vector<usage_row>& rows, std::uint64_t through_seq = 0);
-  /// A meter's fold, applied once: rows holding its records from_seq..through_seq (1 <= from
-  /// <= through) of `ledger` ("": this store's own). A fold whose first record the ledger holds
-  /// already changes nothing (a retry of one applied, or one overlapping it: the meter drops
-  /// what the answer's watermark covers and folds the rest). The ledger's watermark after it.
+  /// A meter's fold, applied once: its records from_seq..through_seq (1 <= from <= through)
+  /// of `ledger` ("": this store's own), added to the usage rows. A fold whose first record
+  /// the ledger holds already changes nothing (a retry of one applied, or one overlapping it:
+  /// the meter drops what the answer's watermark covers and folds the rest). A request is
+  /// counted once across ledgers: a record whose request id another ledger metered in the
+  /// last kMeteredIdsMinutes (a front that metered what a lost region had sent, and that
+  /// region's own record folded after its restart) is skipped. The ledger's watermark after.
   std::variant<usage_folded, std::string> fold_usage(const std::string& ledger, std::uint64_t from_seq,
-                                                     std::uint64_t through_seq, const std::vector<usage_row>& rows);
+                                                     std::uint64_t through_seq, const std::vector<usage_record>& records);
+  static constexpr std::int64_t kMeteredIdsMinutes = 180;
   /// The last usage record (by sequence number) whose rows are in the store.
   std::uint64_t folded_seq();
   /// A team's rows, minutes in [from, to], model "" for all.

@@ -14,20 +14,6 @@
 
 namespace kiln::config {
 
-struct usage_record {
-  std::uint64_t seq = 0;  ///< increasing across restarts
-  std::uint64_t id_origin = 0;
-  std::uint64_t id_seq = 0;  ///< the request's id
-  std::string team;
-  std::string model;
-  std::string version;
-  std::int64_t minute = 0;
-  std::int64_t prompt_tokens = 0;
-  std::int64_t cached_tokens = 0;
-  std::int64_t output_tokens = 0;
-  std::int64_t requests = 0;
-  std::int64_t shed = 0;
-};
 
 /// Folds records into usage rows, one per (team, model, version, minute), each request once.
 std::vector<usage_row> fold(const std::vector<usage_record>& records);

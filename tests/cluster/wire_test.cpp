@@ -285,16 +285,21 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: what passes between a router node and its
 }
 
 TEST_CASE_FIXTURE(wire_fixture, "wire: a router node's store calls on its control node and their answers cross whole") {
-  auto fold = round_trip(actors::usage_fold{{{"search", "chat-7b", "v1", 29000000, 120, 64, 30, 2, 1}}, 41, 17, "b-router"});
-  REQUIRE(fold.rows.size() == 1);
-  CHECK(fold.rows[0].team == "search");
-  CHECK(fold.rows[0].version == "v1");
-  CHECK(fold.rows[0].minute == 29000000);
-  CHECK(fold.rows[0].prompt_tokens == 120);
-  CHECK(fold.rows[0].cached_tokens == 64);
-  CHECK(fold.rows[0].output_tokens == 30);
-  CHECK(fold.rows[0].requests == 2);
-  CHECK(fold.rows[0].shed == 1);
+  auto fold = round_trip(actors::usage_fold{{{3, 0xFFFFFFFFFFFFFFF0ull, 9, "search", "chat-7b", "v1", 29000000, 120, 64, 30, 2, 1}},
+                                            41, 17, "b-router"});
+  REQUIRE(fold.records.size() == 1);
+  const auto& rec = fold.records[0];
+  CHECK(rec.seq == 3);
+  CHECK(rec.id_origin == 0xFFFFFFFFFFFFFFF0ull);
+  CHECK(rec.id_seq == 9);
+  CHECK(rec.team == "search");
+  CHECK(rec.version == "v1");
+  CHECK(rec.minute == 29000000);
+  CHECK(rec.prompt_tokens == 120);
+  CHECK(rec.cached_tokens == 64);
+  CHECK(rec.output_tokens == 30);
+  CHECK(rec.requests == 2);
+  CHECK(rec.shed == 1);
   CHECK(fold.through_seq == 41);
   CHECK(fold.from_seq == 17);
   CHECK(fold.ledger == "b-router");

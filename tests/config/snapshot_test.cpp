@@ -26,7 +26,7 @@ config_snapshot sample() {
   a.limits.push_back({"chat-7b", 120000, 0, 0, 0.0});
   a.limits.push_back({"chat-70b", 1e12, 5e5, 10000000, 1.0});
   team_config b;
-  b.name = "t\xC3\xA9am \"q\"";
+  b.name = "t\xC3\xA9" "am \"q\"";
   s.tenants.teams = {a, b};
   s.tenants.keys = {{"k1", "search", key_hash("kiln-search")}, {"k2", b.name, key_hash("other")}};
   s.tenants.index();

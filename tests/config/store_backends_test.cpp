@@ -84,24 +84,41 @@ void exercise(const opener& open) {
   // A remote node's folds go to its own ledger, each once: a retry, or a fold overlapping one
   // held, changes nothing and answers the watermark the meter drops records by.
   {
-    auto folded = [&](std::uint64_t from, std::uint64_t through, std::int64_t requests) {
-      auto r = s->fold_usage("router-b", from, through, {{"search", "m", "v", 200, 1, 0, 1, requests, 0}});
+    auto records = [](std::uint64_t from, std::uint64_t through, std::uint64_t origin) {
+      std::vector<usage_record> out;
+      for (auto seq = from; seq <= through; ++seq) out.push_back({seq, origin, seq, "search", "m", "v", 200, 1, 0, 1, 1, 0});
+      return out;
+    };
+    auto folded = [&](const std::string& ledger, std::uint64_t from, std::uint64_t through, std::uint64_t origin) {
+      auto r = s->fold_usage(ledger, from, through, records(from, through, origin));
       REQUIRE(std::holds_alternative<usage_folded>(r));
       return std::get<usage_folded>(r);
     };
-    auto first = folded(1, 5, 5);
+    auto first = folded("router-b", 1, 5, 77);
     CHECK(first.applied);
     CHECK(first.watermark == 5);
-    auto again = folded(1, 5, 5);  // its answer was lost: the meter sends it again
+    CHECK(first.duplicates == 0);
+    auto again = folded("router-b", 1, 5, 77);  // its answer was lost: the meter sends it again
     CHECK_FALSE(again.applied);
     CHECK(again.watermark == 5);
-    auto overlap = folded(3, 9, 7);  // records 3..5 are held: refused whole, watermark 5
+    auto overlap = folded("router-b", 3, 9, 77);  // records 3..5 are held: refused whole, watermark 5
     CHECK_FALSE(overlap.applied);
     CHECK(overlap.watermark == 5);
-    auto rest = folded(6, 9, 4);
+    auto rest = folded("router-b", 6, 9, 77);
     CHECK(rest.applied);
     CHECK(rest.watermark == 9);
     CHECK(s->usage("search", "m", 200, 200)[0].requests == 9);  // 1..9 once each
+    // Requests 8..12 of the same origin metered by another node (a front that saw region
+    // b lost): 8 and 9 are b's already and count once; 10..12 are new.
+    auto front = folded("front-a", 1, 5, 0);  // ids 1..5 of origin 0: other requests
+    CHECK(front.duplicates == 0);
+    auto seen_lost = records(8, 12, 77);
+    for (std::size_t i = 0; i < seen_lost.size(); ++i) seen_lost[i].seq = 6 + i;  // the front's own numbering
+    auto lost = s->fold_usage("front-a", 6, 10, seen_lost);
+    REQUIRE(std::holds_alternative<usage_folded>(lost));
+    CHECK(std::get<usage_folded>(lost).applied);
+    CHECK(std::get<usage_folded>(lost).duplicates == 2);
+    CHECK(s->usage("search", "m", 200, 200)[0].requests == 9 + 5 + 3);
     CHECK(s->folded_seq() == 40);  // the store's own ledger is apart
     CHECK(std::holds_alternative<usage_folded>(s->fold_usage("", 41, 41, {})));
     CHECK(s->folded_seq() == 41);

@@ -42,7 +42,7 @@ std::string sqlite_one(const std::string& db, const std::string& sql) {
 TEST_CASE("tenancy e2e: the store is made at first start with hashed keys, and is the source of truth after") {
   const std::string store = (std::filesystem::temp_directory_path() / ("kiln-e2e-store-" + std::to_string(::getpid()) + ".db")).string();
   {
-    kiln_process p(test_config(1), {"", 0, 0, store});
+    kiln_process p(test_config(1), {"", 0, 0, store, ""});
     CHECK(chat_status(p.port(), "key-search") == 200);
     CHECK(chat_status(p.port(), "key-nope") == 401);
   }
@@ -61,7 +61,7 @@ TEST_CASE("tenancy e2e: the store is made at first start with hashed keys, and i
   std::string changed = test_config(1);
   changed.replace(changed.find("api_key = \"key-search\""), 22, "api_key = \"key-search-2\"");
   {
-    kiln_process p(changed, {"", 0, 0, store});
+    kiln_process p(changed, {"", 0, 0, store, ""});
     CHECK(chat_status(p.port(), "key-search") == 200);
     CHECK(chat_status(p.port(), "key-search-2") == 401);
   }
@@ -207,7 +207,7 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
   }
   std::vector<stream_result> got;
   {
-    kiln_process p(cfg, {"", 0, 0, store});
+    kiln_process p(cfg, {"", 0, 0, store, ""});
     std::thread load([&] { got = run_streams(p.port(), specs, 20); });
     std::this_thread::sleep_for(std::chrono::milliseconds(900));
     p.signal(SIGKILL);
@@ -236,7 +236,7 @@ TEST_CASE("tenancy e2e: kill -9 mid-load and restart: the usage rows equal the t
   REQUIRE(completed > 0);
   REQUIRE(cut > 0);
   // The next start replays the usage log into the store.
-  kiln_process p(cfg, {"", 0, 0, store});
+  kiln_process p(cfg, {"", 0, 0, store, ""});
   for (const auto& team : teams) {
     CAPTURE(team);
     nlohmann::json rows;
