@@ -38,7 +38,6 @@ constexpr auto kRereadEvery = std::chrono::seconds(2);
 // Limits across regions: every few seconds, what this region's teams asked for goes into the
 // shared store and this region's shares come back to its admission (config/region_shares.hpp).
 using shares_atom = caf::atom_constant<caf::atom("shares")>;
-constexpr auto kSharesEvery = std::chrono::seconds(5);
 constexpr std::int64_t kRegionUseFresh_s = 30;  ///< a region that reported within this is live
 
 using shares = std::map<std::pair<std::string, std::string>, double>;
@@ -56,18 +55,9 @@ void record_use(stateful* self, region_use_report rep, std::function<void(shares
 }
 
 void exchange_shares(stateful* self) {
-  auto again = [self] { self->delayed_send(self, kSharesEvery, shares_atom::value); };
-  const auto admission = caf::actor_cast<caf::actor>(self->system().registry().get(admission_name));
-  if (!admission) return again();
-  self->request(admission, std::chrono::seconds(3), region_use_ask{})
-      .then(
-          [self, admission, again](region_use_report& rep) {
-            record_use(self, std::move(rep), [self, admission, again](shares& sh) {
-              self->send(admission, region_shares_update{std::move(sh)});
-              again();
-            });
-          },
-          [again](caf::error&) { again(); });
+  self->delayed_send(self, kRegionSharesEvery, shares_atom::value);
+  exchange_region_shares(self, caf::actor_cast<caf::actor>(self->system().registry().get(admission_name)),
+                         caf::actor_cast<caf::actor>(self));
 }
 
 std::uint64_t digest(const config::tenancy& t) {

@@ -19,7 +19,6 @@ namespace {
 using find_atom = caf::atom_constant<caf::atom("find")>;
 using shares_atom = caf::atom_constant<caf::atom("shares")>;
 constexpr auto kFindEvery = std::chrono::seconds(1);
-constexpr auto kSharesEvery = std::chrono::seconds(5);
 
 struct link_state {
   caf::actor directory;
@@ -64,18 +63,9 @@ void find(self_ptr self) {
 
 // This region's use of shared limits to the control node; its shares back to admission.
 void exchange_shares(self_ptr self) {
-  self->delayed_send(self, kSharesEvery, shares_atom::value);
-  const auto admission = caf::actor_cast<caf::actor>(self->system().registry().get(actors::admission_name));
-  const caf::actor store = self->state.store;
-  if (!admission || !store) return;
-  self->request(admission, std::chrono::seconds(3), actors::region_use_ask{})
-      .then(
-          [self, admission, store](actors::region_use_report& rep) {
-            self->request(store, std::chrono::seconds(3), std::move(rep))
-                .then([self, admission](actors::region_shares_update& u) { self->send(admission, std::move(u)); },
-                      [](caf::error&) {});
-          },
-          [](caf::error&) {});
+  self->delayed_send(self, actors::kRegionSharesEvery, shares_atom::value);
+  actors::exchange_region_shares(self, caf::actor_cast<caf::actor>(self->system().registry().get(actors::admission_name)),
+                                 self->state.store);
 }
 
 caf::behavior control_link(self_ptr self, caf::actor directory) {
