@@ -365,6 +365,22 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         st.publish(r.team, r.model, key, now);
       },
       [self](tick_atom) { sweep(self); },
+      [self](batch_room_ask& q) -> batch_room {
+        auto& st = self->state;
+        batch_room out;
+        for (auto& [key, u] : st.pools) {
+          if (u.model != q.model || !u.runtime || u.status != pool_status::serving) continue;
+          ++out.serving;
+          const pool_gate& g = st.gate(key);
+          out.online_waiting += static_cast<std::int64_t>(g.waiting(engine::priority::interactive) +
+                                                          g.waiting(engine::priority::standard));
+          out.batch_waiting += static_cast<std::int64_t>(g.waiting(engine::priority::batch));
+          out.online_in_flight += g.tier_in_flight(engine::priority::interactive) + g.tier_in_flight(engine::priority::standard);
+          out.batch_in_flight += g.tier_in_flight(engine::priority::batch);
+          out.capacity += g.capacity();
+        }
+        return out;
+      },
       [self](tenancy_update& u) { self->state.ledger.set_tenancy(std::move(u.tenants), self->clock().now()); },
       [self](region_use_ask) -> region_use_report { return report_use(self); },
       [self](region_shares_update& u) { self->state.ledger.set_region_shares(std::move(u.shares), self->clock().now()); },

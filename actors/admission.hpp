@@ -28,6 +28,29 @@ struct tenancy_update {
   std::shared_ptr<const config::tenancy> tenants;
 };
 
+/// A batch runner asks how busy a model's pools are (every version's, summed).
+struct batch_room_ask {
+  std::string model;
+};
+struct batch_room {
+  std::int64_t online_waiting = 0;    ///< interactive and standard requests queued
+  std::int64_t batch_waiting = 0;     ///< batch requests queued
+  std::int64_t online_in_flight = 0;  ///< charged tokens of running interactive and standard requests
+  std::int64_t batch_in_flight = 0;   ///< charged tokens of running batch requests
+  std::int64_t capacity = 0;          ///< the pools' tokens in flight at full load (0: unknown)
+  int serving = 0;                    ///< pools of the model that serve now
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_room_ask& x) {
+  return f(caf::meta::type_name("batch_room_ask"), x.model);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_room& x) {
+  return f(caf::meta::type_name("batch_room"), x.online_waiting, x.batch_waiting, x.online_in_flight, x.batch_in_flight,
+           x.capacity, x.serving);
+}
+
 struct admission_state {
   std::shared_ptr<const config::kiln_config> cfg;
   std::map<std::string, pool_update, std::less<>> pools;  ///< by model@version

@@ -28,7 +28,8 @@ admission_verdict pool_gate::verdict(const waiter& w, bool queue_full) const {
 void pool_gate::start(waiter w, moves& out) {
   in_flight_ += w.charge;
   team_in_flight_[w.r.team] += w.charge;
-  running_[w.r.id] = {w.r.team, w.charge};
+  tier_in_flight_[static_cast<std::size_t>(w.r.priority)] += w.charge;
+  running_[w.r.id] = {w.r.team, w.charge, w.r.priority};
   out.run.push_back(std::move(w.r));
 }
 
@@ -62,6 +63,7 @@ void pool_gate::end(const request_id& id, time_point, moves& out) {
   auto it = running_.find(id);
   if (it == running_.end()) return;
   in_flight_ -= it->second.charge;
+  tier_in_flight_[static_cast<std::size_t>(it->second.tier)] -= it->second.charge;
   if ((team_in_flight_[it->second.team] -= it->second.charge) == 0) team_in_flight_.erase(it->second.team);
   running_.erase(it);
   drain(out);

@@ -45,6 +45,8 @@ class pool_gate {
 
   std::int64_t in_flight() const { return in_flight_; }
   std::int64_t team_in_flight(const std::string& team) const;
+  /// Charged tokens in flight of one tier's requests.
+  std::int64_t tier_in_flight(engine::priority tier) const { return tier_in_flight_[static_cast<std::size_t>(tier)]; }
   std::size_t waiting() const;
   std::size_t waiting(engine::priority tier) const { return queues_[static_cast<std::size_t>(tier)].size(); }
   std::int64_t capacity() const { return capacity_; }
@@ -73,7 +75,9 @@ class pool_gate {
   struct running {
     std::string team;
     std::int64_t charge = 0;
+    engine::priority tier = engine::priority::standard;
   };
+  std::int64_t tier_in_flight_[3] = {0, 0, 0};
   std::unordered_map<request_id, running, request_id_hash> running_;
   std::deque<waiter> queues_[3];  ///< by tier: interactive, standard, batch
 };

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/admission.hpp"
+#include "actors/batch_calls.hpp"
 #include "actors/node_supervisor.hpp"
 #include "actors/region_limits.hpp"
 #include "config/snapshot.hpp"
@@ -227,7 +228,8 @@ caf::behavior store_writer(stateful* self, std::shared_ptr<config::store> db, st
         return rp;
       },
   };
-  return caf::behavior{tenancy_calls.or_else(registry_calls(self)).or_else(pool_limits_calls(self))};
+  return caf::behavior{
+      tenancy_calls.or_else(registry_calls(self)).or_else(pool_limits_calls(self)).or_else(batch_calls(self))};
 }
 
 }  // namespace kiln::actors

@@ -241,6 +241,9 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   auto cfg = [&] {
     auto c = std::make_shared<config::kiln_config>(cfg_in);
     if (c->artifacts.key.empty()) c->artifacts.key = admin_key;
+    // Uploaded files live beside the store the command line names, too.
+    const bool postgres = opts.store_override.rfind("postgres", 0) == 0;
+    if (!opts.store_override.empty() && !postgres && c->batch.files_dir.empty()) c->batch.files_dir = opts.store_override + ".files";
     return std::shared_ptr<const config::kiln_config>(std::move(c));
   }();
   // A front-only node holds no store, pools or admission: its requests go to the regions. A

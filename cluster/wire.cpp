@@ -6,6 +6,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "actors/batch_calls.hpp"
 #include "actors/messages.hpp"
 #include "actors/region_limits.hpp"
 #include "actors/registry_calls.hpp"
@@ -69,6 +70,17 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<config::pool_limits>>("kiln::pool_limits_rows");
   cfg.add_message_type<actors::scale_settings_call>("kiln::scale_settings_call");
   cfg.add_message_type<actors::scale_settings>("kiln::scale_settings");
+  cfg.add_message_type<config::file_row>("kiln::file_row");
+  cfg.add_message_type<std::vector<config::file_row>>("kiln::file_rows");
+  cfg.add_message_type<config::batch_row>("kiln::batch_row");
+  cfg.add_message_type<std::vector<config::batch_row>>("kiln::batch_rows");
+  cfg.add_message_type<actors::file_write>("kiln::file_write");
+  cfg.add_message_type<actors::file_call>("kiln::file_call");
+  cfg.add_message_type<actors::files_call>("kiln::files_call");
+  cfg.add_message_type<actors::file_delete>("kiln::file_delete");
+  cfg.add_message_type<actors::batch_write>("kiln::batch_write");
+  cfg.add_message_type<actors::batch_call>("kiln::batch_call");
+  cfg.add_message_type<actors::batches_call>("kiln::batches_call");
   // Membership.
   cfg.add_message_type<member_info>("kiln::member_info");
   cfg.add_message_type<node_health>("kiln::node_health");

@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "config/db.hpp"
 #include "engine/model_dir.hpp"
 
 namespace kiln::config {
@@ -365,6 +366,15 @@ kiln_config read_root(const toml::table& root) {
     ar.no_unknown_keys();
     if (c.artifacts.cache_dir.empty()) throw bad_config("artifacts.cache_dir must not be empty");
   }
+  if (const auto* s = r.table("batch")) {
+    reader br(*s, "batch");
+    br.text("files_dir", c.batch.files_dir);
+    br.number("max_file_bytes", c.batch.max_file_bytes, 1024, 1e11);
+    br.number("max_lines", c.batch.max_lines, 1, 1e7);
+    br.number("max_in_flight", c.batch.max_in_flight, 1, 100000);
+    br.number("idle_below", c.batch.idle_below, 0, 1);
+    br.no_unknown_keys();
+  }
   each_table(r, "teams", [&](const toml::table& t, const std::string& path, std::size_t) {
     team_config team;
     reader tr(t, path);
@@ -533,6 +543,12 @@ const team_limit* team_config::limit_for(std::string_view model) const {
 }
 
 std::string kiln_config::resolved_store_path() const { return expand_home(store_path); }
+
+std::string kiln_config::resolved_files_dir() const {
+  if (!batch.files_dir.empty()) return expand_home(batch.files_dir);
+  if (is_postgres_uri(store_path)) return expand_home("~/.kiln/files");
+  return resolved_store_path() + ".files";
+}
 
 int kiln_config::longest_request_ms() const {
   int longest = 0;

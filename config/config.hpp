@@ -201,6 +201,18 @@ struct artifacts_config {
   std::string key;                            ///< the bearer key for pulls; "": this node's admin_key
 };
 
+/// OpenAI's Files and Batches (`[batch]`): where uploaded files live and how batch lines run.
+struct batch_config {
+  std::string files_dir;                      ///< "": beside the store file (<store>.files), ~/.kiln/files for PostgreSQL
+  std::size_t max_file_bytes = 200u << 20;    ///< an upload larger than this gets 413
+  int max_lines = 50000;                      ///< requests in one batch
+  int max_in_flight = 32;                     ///< a model's batch lines running at once
+  /// Batch lines run only while a model's online requests (interactive and standard) wait
+  /// nowhere and their charged tokens in flight stay below this share of the pools' capacity;
+  /// the lines' own charged tokens then fill what is left of that share.
+  double idle_below = 0.5;
+};
+
 /// A model's alias: `"model":"chat-7b"` means its live version.
 struct model_config {
   std::string name;
@@ -218,6 +230,7 @@ struct kiln_config {
   rollout_config rollout;
   cluster_config cluster;
   artifacts_config artifacts;
+  batch_config batch;
   std::vector<team_config> teams;
   std::vector<model_config> models;  ///< every model served, with its live version
   std::vector<pool_config> pools;    ///< one per model@version
@@ -231,6 +244,8 @@ struct kiln_config {
   int longest_request_ms() const;
   /// store_path with a leading "~/" expanded.
   std::string resolved_store_path() const;
+  /// Where uploaded files live: batch.files_dir, or beside the store.
+  std::string resolved_files_dir() const;
 };
 
 /// One clear line saying what is wrong and where.

@@ -15,6 +15,14 @@ store_path = "~/.kiln/kiln.db"  # teams, keys (hashed), limits, usage; seeded fr
 # cache_dir = "~/.kiln/weights"  # versions whose weights_uri is http://HOST:PORT/artifacts/{set}
 # key = ""                       # the bearer key for pulls; "": this node's admin_key
 
+# [batch]                        # OpenAI's /v1/files and /v1/batches
+# files_dir = ""                 # "": beside the store file (<store_path>.files)
+# max_file_bytes = 209715200     # an upload larger than this gets 413
+# max_lines = 50000              # requests in one batch
+# max_in_flight = 32             # a model's batch lines running at once
+# idle_below = 0.5               # lines run while online requests wait nowhere and hold less than
+#                                # this share of the pools' capacity; lines fill the rest of it
+
 [server]
 host = "127.0.0.1"
 port = 8080

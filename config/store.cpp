@@ -92,7 +92,23 @@ CREATE TABLE metered_ids(id_origin INTEGER NOT NULL, id_seq INTEGER NOT NULL, mi
 CREATE INDEX metered_ids_minute ON metered_ids(minute);
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6, kSchemaV7};
+// Version 8: OpenAI's files (their bytes live in the files directory) and batches.
+constexpr const char* kSchemaV8 = R"sql(
+CREATE TABLE files(file_id TEXT PRIMARY KEY, team TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+  bytes INTEGER NOT NULL, created_at INTEGER NOT NULL, path TEXT NOT NULL);
+CREATE INDEX files_team ON files(team);
+CREATE TABLE batches(batch_id TEXT PRIMARY KEY, team TEXT NOT NULL, model TEXT NOT NULL, endpoint TEXT NOT NULL,
+  input_file_id TEXT NOT NULL, completion_window TEXT NOT NULL, metadata TEXT NOT NULL, status TEXT NOT NULL,
+  output_file_id TEXT NOT NULL, error_file_id TEXT NOT NULL, errors TEXT NOT NULL, input_path TEXT NOT NULL,
+  output_path TEXT NOT NULL, error_path TEXT NOT NULL, node TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, in_progress_at INTEGER NOT NULL,
+  finalizing_at INTEGER NOT NULL, completed_at INTEGER NOT NULL, failed_at INTEGER NOT NULL, expired_at INTEGER NOT NULL,
+  cancelling_at INTEGER NOT NULL, cancelled_at INTEGER NOT NULL, total INTEGER NOT NULL, completed INTEGER NOT NULL,
+  failed INTEGER NOT NULL);
+CREATE INDEX batches_team ON batches(team, created_at);
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4,
+                                   kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8};
 
 // Runs `body` in one transaction: committed when it returns no error, else rolled back and
 // its error returned.

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/batch_rows.hpp"
 #include "config/board.hpp"
 #include "config/config.hpp"
 #include "config/registry.hpp"
@@ -100,7 +101,7 @@ class store {
   /// postgres:// or postgresql:// path names, and migrates it to the current schema. `ledger`
   /// names this node's usage watermark in a store nodes share ("": a single node's).
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path, const std::string& ledger = "");
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
   int schema_version();
   const std::string& path() const { return path_; }
   /// Whether other nodes may share it (PostgreSQL).
@@ -165,6 +166,20 @@ class store {
   std::optional<std::string> put_pool_limits(const pool_limits& l);
   std::optional<pool_limits> pool_limits_of(const std::string& model, const std::string& version, const std::string& region);
   std::vector<pool_limits> all_pool_limits();
+  /// OpenAI's files and batches (config/batch_store.cpp).
+  std::optional<std::string> put_file(const file_row& f);
+  std::optional<file_row> file(const std::string& id);
+  std::vector<file_row> files(const std::string& team);
+  /// False when there was no such file.
+  bool delete_file(const std::string& id);
+  /// Stores a batch's row (a new one, or its state now).
+  std::optional<std::string> put_batch(const batch_row& b);
+  std::optional<batch_row> batch(const std::string& id);
+  /// A team's batches ("": every team's), newest first: at most `limit`, those after the batch
+  /// `after` ("": from the newest).
+  std::vector<batch_row> batches(const std::string& team, const std::string& after, int limit);
+  /// Every batch not ended yet (to resume after a restart), oldest first.
+  std::vector<batch_row> open_batches();
 
  private:
   store(std::unique_ptr<db> d, std::string path, std::string ledger);

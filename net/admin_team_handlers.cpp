@@ -110,15 +110,7 @@ void usage(front& f, const std::shared_ptr<exchange>& ex, const std::string& tea
   const auto now_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   actors::usage_query q{team, "", (now_s - 86400) / 60, now_s / 60};
-  const std::string& query = ex->request().query;
-  std::size_t pos = 0;
-  while (pos <= query.size()) {
-    const auto amp = query.find('&', pos);
-    const std::string kv = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-    pos = amp == std::string::npos ? query.size() + 1 : amp + 1;
-    const auto eq = kv.find('=');
-    if (kv.empty() || eq == std::string::npos) continue;
-    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+  for (const auto& [k, v] : query_pairs(ex->request().query)) {
     if (k == "model") {
       q.model = v;
     } else if (k == "from" || k == "to") {

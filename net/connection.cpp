@@ -219,14 +219,15 @@ class connection_impl final : public connection, public std::enable_shared_from_
         return reply_error(*err);
       }
     }
+    const std::size_t max_body = m.max_body > 0 ? m.max_body : limits_.max_body_bytes;
+    body_limit_ = max_body;
     const auto length = parser_->content_length();
-    if (length && *length > limits_.max_body_bytes) {
+    if (length && *length > max_body) {
       keep_alive_ = false;
-      return reply_error({413, "invalid_request_error",
-                          "Request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes.", "",
-                          "body_too_large"});
+      return reply_error({413, "invalid_request_error", "Request body is larger than " + std::to_string(max_body) + " bytes.",
+                          "", "body_too_large"});
     }
-    parser_->body_limit(limits_.max_body_bytes);  // a chunked body counts as it arrives
+    parser_->body_limit(max_body);  // a chunked body counts as it arrives
     if (parser_->is_done()) return on_read({});
     auto expect = req.find(http::field::expect);
     if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
@@ -257,7 +258,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
       keep_alive_ = false;
       begin_exchange();
       return reply_error({413, "invalid_request_error",
-                          "Request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes.", "",
+                          "Request body is larger than " + std::to_string(body_limit_) + " bytes.", "",
                           "body_too_large"});
     }
     const bool partial = parser_ && parser_->got_some();
@@ -505,6 +506,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
   std::optional<http::request_parser<http::string_body>> parser_;
   std::array<char, 1024> watch_buf_{};
   phase phase_ = phase::reading;
+  std::size_t body_limit_ = 0;  ///< the request being read: its route's body limit
   bool keep_alive_ = true;
   bool writing_ = false;
   bool watching_ = false;

@@ -30,6 +30,10 @@ struct http_request {
 struct caller {
   std::string team;  ///< a team key's team
   bool admin = false;
+  /// A batch line's request id, the same each time the line runs (origin 0: a new id), so
+  /// that usage counts it once whatever a restart repeats.
+  std::uint64_t id_origin = 0;
+  std::uint64_t id_seq = 0;
 };
 
 /// What the access log line says about a request beyond method, path, status and timing.

@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "net/batch_runner.hpp"
 #include "net/connection.hpp"
 #include "net/stream_hub.hpp"
 
@@ -36,10 +37,20 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     add_pool_limit_routes(front_);
     add_tokenize_routes(front_);
     add_artifact_routes(front_);
+    add_file_routes(front_);
+    add_batch_routes(front_);
+    add_console_routes(front_);
+    front_.new_strand = [&ioc]() -> std::function<void(std::function<void()>)> {
+      auto strand = std::make_shared<boost::asio::strand<boost::asio::io_context::executor_type>>(boost::asio::make_strand(ioc));
+      return [strand](std::function<void()> fn) { boost::asio::post(*strand, std::move(fn)); };
+    };
+    if (front_.deps.sys) front_.batches = spawn_batches(front_, unix_now());
   }
 
   ~impl() { stop_hub(); }
   void stop_hub() {
+    if (front_.batches) caf::anon_send_exit(front_.batches, caf::exit_reason::user_shutdown);
+    front_.batches = nullptr;
     if (front_.hub) caf::anon_send_exit(front_.hub, caf::exit_reason::user_shutdown);
     front_.hub = nullptr;
   }

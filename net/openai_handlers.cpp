@@ -244,7 +244,7 @@ bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& 
     }
     r.priority = *tier;
   }
-  r.id = f.deps.ids->next();
+  r.id = ex->who().id_origin ? actors::request_id{ex->who().id_origin, ex->who().id_seq} : f.deps.ids->next();
   r.team = ex->who().team;
   r.model = p.model;
   r.conversation_id = ex->request().header("x-conversation-id");

@@ -33,8 +33,8 @@ std::string route_params::get(std::string_view name) const {
   return {};
 }
 
-void route_table::add(std::string method, std::string pattern, access need, handler h) {
-  routes_.push_back({std::move(method), split_path(pattern), need, std::move(h)});
+void route_table::add(std::string method, std::string pattern, access need, handler h, std::size_t max_body) {
+  routes_.push_back({std::move(method), split_path(pattern), need, std::move(h), max_body});
 }
 
 route_table::match route_table::find(std::string_view method, std::string_view path) const {
@@ -57,9 +57,23 @@ route_table::match route_table::find(std::string_view method, std::string_view p
     if (r.method == method && !m.run) {
       m.run = &r.run;
       m.params = std::move(params);
+      m.max_body = r.max_body;
     }
   }
   return m;
+}
+
+std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t pos = 0;
+  while (pos <= query.size()) {
+    const auto amp = query.find('&', pos);
+    const std::string_view kv = query.substr(pos, amp == std::string_view::npos ? std::string_view::npos : amp - pos);
+    pos = amp == std::string_view::npos ? query.size() + 1 : amp + 1;
+    const auto eq = kv.find('=');
+    if (!kv.empty() && eq != std::string_view::npos) out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
 }
 
 std::string bearer_key(std::string_view v) {

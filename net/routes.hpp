@@ -27,7 +27,8 @@ using handler = std::function<void(const std::shared_ptr<exchange>&, const route
 class route_table {
  public:
   /// `pattern`: segments separated by '/', "{name}" matching any one non-empty segment.
-  void add(std::string method, std::string pattern, access need, handler h);
+  /// `max_body` > 0: this route's body limit in place of the server's.
+  void add(std::string method, std::string pattern, access need, handler h, std::size_t max_body = 0);
 
   struct match {
     const handler* run = nullptr;  ///< null: no route for this method (see allowed)
@@ -35,6 +36,7 @@ class route_table {
     bool path_known = false;
     access need = access::open;
     std::string allowed;  ///< methods the path takes, for 405
+    std::size_t max_body = 0;  ///< the route's own body limit (0: the server's)
   };
   match find(std::string_view method, std::string_view path) const;
 
@@ -44,9 +46,13 @@ class route_table {
     std::vector<std::string> segments;
     access need;
     handler run;
+    std::size_t max_body = 0;
   };
   std::vector<route> routes_;
 };
+
+/// A query string's name=value pairs in order (pairs without '=' left out; no decoding).
+std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query);
 
 /// The bearer key of an Authorization header ("" if none).
 std::string bearer_key(std::string_view authorization);

@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/batch_calls.hpp"
 #include "actors/messages.hpp"
 #include "actors/replica.hpp"
 #include "actors/region_limits.hpp"
@@ -387,4 +388,32 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a router node's store calls on its contro
   CHECK(ss.has_limits);
   CHECK(ss.limits.min_replicas == 2);
   CHECK(ss.gated_tokens_in_flight == 2500.5);
+  // Files and batches: the front's calls and the batch runners' writes.
+  config::file_row file{"file-1", "search", "batch", "in.jsonl", 4096, 1700000000, "/f/file-1.jsonl"};
+  CHECK(round_trip(actors::file_write{file}).row.path == "/f/file-1.jsonl");
+  CHECK(round_trip(actors::file_call{"file-1", "search"}).team == "search");
+  CHECK(round_trip(actors::files_call{"search"}).team == "search");
+  CHECK(round_trip(actors::file_delete{"file-1", "search"}).id == "file-1");
+  CHECK(round_trip(std::vector<config::file_row>{file})[0].bytes == 4096);
+  config::batch_row b;
+  b.id = "batch_1";
+  b.team = "search";
+  b.metadata = R"({"k":"v"})";
+  b.status = "in_progress";
+  b.node = "n1";
+  b.expires_at = 1700086400;
+  b.total = 2000;
+  b.completed = 1999;
+  b.failed = 1;
+  auto bw = round_trip(actors::batch_write{b});
+  CHECK(bw.row.metadata == R"({"k":"v"})");
+  CHECK(bw.row.node == "n1");
+  CHECK(bw.row.expires_at == 1700086400);
+  CHECK(bw.row.failed == 1);
+  CHECK(round_trip(actors::batch_call{"batch_1", ""}).id == "batch_1");
+  auto bc = round_trip(actors::batches_call{"search", "batch_0", 21, true});
+  CHECK(bc.after == "batch_0");
+  CHECK(bc.limit == 21);
+  CHECK(bc.open_only);
+  CHECK(round_trip(std::vector<config::batch_row>{b, b})[1].completed == 1999);
 }

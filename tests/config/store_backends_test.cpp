@@ -193,6 +193,55 @@ void exercise(const opener& open) {
   CHECK(use[2].at > 1700000000);
   CHECK(s->region_use(-3600).empty());  // "within the last -1 hours": none that fresh
 
+  // Files and batches: a team's own, newest first; a batch's state replaced as it runs.
+  REQUIRE_FALSE(s->put_file({"file-a", "search", "batch", "in.jsonl", 120, 100, "/f/a"}));
+  REQUIRE_FALSE(s->put_file({"file-b", "search", "batch", "in2.jsonl", 7, 200, "/f/b"}));
+  REQUIRE_FALSE(s->put_file({"file-c", "batchers", "batch", "x.jsonl", 1, 150, "/f/c"}));
+  CHECK(s->file("file-a")->bytes == 120);
+  CHECK_FALSE(s->file("file-z"));
+  REQUIRE(s->files("search").size() == 2);
+  CHECK(s->files("search")[0].id == "file-b");
+  CHECK(s->delete_file("file-b"));
+  CHECK_FALSE(s->delete_file("file-b"));
+  CHECK(s->files("search").size() == 1);
+  for (int i = 0; i < 3; ++i) {
+    batch_row b;
+    b.id = "batch_" + std::to_string(i);
+    b.team = i == 2 ? "batchers" : "search";
+    b.model = "m";
+    b.endpoint = "/v1/chat/completions";
+    b.input_file_id = "file-a";
+    b.completion_window = "24h";
+    b.metadata = R"({"k":"v"})";
+    b.input_path = "/f/a";
+    b.node = "n1";
+    b.created_at = 1000 + i;
+    b.total = 10;
+    REQUIRE_FALSE(s->put_batch(b));
+  }
+  auto b0 = *s->batch("batch_0");
+  CHECK(b0.status == "validating");
+  CHECK(b0.metadata == R"({"k":"v"})");
+  CHECK(b0.node == "n1");
+  b0.status = "completed";
+  b0.completed = 9;
+  b0.failed = 1;
+  b0.output_file_id = "file-out";
+  b0.completed_at = 2000;
+  REQUIRE_FALSE(s->put_batch(b0));
+  CHECK(s->batch("batch_0")->completed == 9);
+  CHECK(s->batch("batch_0")->output_file_id == "file-out");
+  CHECK(s->batch("batch_0")->total == 10);
+  REQUIRE(s->batches("search", "", 10).size() == 2);
+  CHECK(s->batches("search", "", 10)[0].id == "batch_1");  // newest first
+  CHECK(s->batches("search", "batch_1", 10).size() == 1);   // after a cursor
+  CHECK(s->batches("search", "", 1).size() == 1);
+  CHECK(s->batches("", "", 10).size() == 3);  // every team's
+  auto open_now = s->open_batches();
+  REQUIRE(open_now.size() == 2);  // batch_0 ended
+  CHECK(open_now[0].id == "batch_1");
+  CHECK(open_now[1].id == "batch_2");
+
   // Another process (a reopen) sees all of it, migrating nothing.
   s.reset();
   auto again = open("");

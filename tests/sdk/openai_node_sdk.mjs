@@ -1,6 +1,6 @@
 // Streams and completes through the unmodified OpenAI SDK for Node; exits non-zero on any
 // mismatch. Usage: node openai_node_sdk.mjs BASE_URL API_KEY
-import OpenAI from "openai";
+import OpenAI, { toFile } from "openai";
 
 const [baseURL, apiKey] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
@@ -86,4 +86,31 @@ if (!hl || hl.tokens.length !== harness.usage.prompt_tokens + 1 || hl.token_logp
 
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === "chat-7b")) fail("models list");
-console.log("openai node sdk: stream, completion, 404, tools, include_usage, logprobs, completions and models all as expected");
+
+// Files and batches, as the SDK's batch guide does them.
+const lines = [0, 1, 2].map((i) => JSON.stringify({ custom_id: "sdk-" + i, method: "POST", url: "/v1/chat/completions",
+  body: { model: "chat-7b", max_tokens: 5, messages: [{ role: "user", content: "batch " + i }] } })).join("\n") + "\n";
+const file = await client.files.create({ file: await toFile(Buffer.from(lines), "sdk.jsonl"), purpose: "batch" });
+if (file.purpose !== "batch" || file.bytes !== Buffer.byteLength(lines)) fail("file " + JSON.stringify(file));
+let batch = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h",
+  metadata: { from: "sdk" } });
+for (let i = 0; i < 300 && !["completed", "failed", "expired", "cancelled"].includes(batch.status); ++i) {
+  await new Promise((r) => setTimeout(r, 100));
+  batch = await client.batches.retrieve(batch.id);
+}
+if (batch.status !== "completed" || batch.request_counts.completed !== 3 || batch.metadata.from !== "sdk") fail("batch " + JSON.stringify(batch));
+const output = await (await client.files.content(batch.output_file_id)).text();
+const answers = output.trim().split("\n").map((l) => JSON.parse(l));
+if (answers.length !== 3 || new Set(answers.map((a) => a.custom_id)).size !== 3 ||
+    answers.some((a) => a.response.status_code !== 200 || a.response.body.usage.completion_tokens !== 5))
+  fail("batch output " + output);
+const listed = [];
+for await (const b of client.batches.list({ limit: 10 })) listed.push(b.id);
+if (!listed.includes(batch.id)) fail("batches list");
+try {
+  await client.batches.cancel(batch.id);
+  fail("a completed batch was cancelled");
+} catch (e) {
+  if (!(e instanceof OpenAI.ConflictError)) fail("cancel: " + e);
+}
+console.log("openai node sdk: stream, completion, 404, tools, include_usage, logprobs, completions, models, files and batches all as expected");

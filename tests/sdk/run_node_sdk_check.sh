@@ -13,13 +13,6 @@ if [ ! -d "$work/node_modules/openai" ]; then
     { echo "skipped: could not install the openai package from the npm registry"; exit 77; }
 fi
 cp "$here/openai_node_sdk.mjs" "$work/check.mjs"
-log="$(mktemp)"
-store="$log.db"  # a store of its own, not ~/.kiln's
-"$kiln" serve --port 0 --store "$store" >"$log" 2>/dev/null &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log" "$store" "$store-wal" "$store-shm" "$store".usage.*' EXIT
-for _ in $(seq 100); do grep -q "serving on" "$log" && break; sleep 0.05; done
-url="$(sed -n 's/^kiln serving on \(http:\/\/[0-9.:]*\) .*/\1/p' "$log")"
-key="$(sed -n 's/^  team [^ ]* key \(.*\)$/\1/p' "$log" | head -1)"
-[ -n "$url" ] && [ -n "$key" ] || { echo "kiln did not start"; exit 1; }
+. "$here/../support/start_kiln.sh"
+start_kiln "$kiln"
 timeout 60 node "$work/check.mjs" "$url/v1" "$key"

@@ -35,6 +35,7 @@ void remove_store(const std::string& path) {
   const std::filesystem::path p(path);
   const std::string usage = p.filename().string() + ".usage.";
   std::error_code ec;
+  std::filesystem::remove_all(path + ".files", ec);  // uploaded files and batch answers
   for (const auto& e : std::filesystem::directory_iterator(p.parent_path(), ec))
     if (e.path().filename().string().rfind(usage, 0) == 0) std::filesystem::remove(e.path(), ec);
 }

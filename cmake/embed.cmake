@@ -1,0 +1,16 @@
+# Writes OUT: a C++ file holding each of FILES (separated by '|') as a string, found by its file name
+# through kiln::net::console_asset(). Run by the build whenever one of the files changes.
+set(body "// Made by cmake/embed.cmake from net/console/: do not edit.\n#include <string_view>\n\nnamespace kiln::net {\n\nstd::string_view console_asset(std::string_view name) {\n")
+string(REPLACE "|" ";" FILES "${FILES}")
+foreach(f IN LISTS FILES)
+  get_filename_component(name "${f}" NAME)
+  file(READ "${f}" text)
+  string(FIND "${text}" ")kiln_asset\"" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${f} holds the embedding's delimiter")
+  endif()
+  string(APPEND body "  if (name == \"${name}\") return R\"kiln_asset(${text})kiln_asset\";\n")
+endforeach()
+string(APPEND body "  return {};\n}\n\n}  // namespace kiln::net\n")
+file(WRITE "${OUT}.tmp" "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

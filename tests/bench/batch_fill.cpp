@@ -1,0 +1,95 @@
+// What the batch tier does for the fleet: the same interactive load on the same pool for the
+// same time, alone and with a large batch waiting on idle capacity, and the batch alone (the
+// pool's full rate). Prints output tokens per second, utilisation (against the full rate),
+// interactive p95 TTFT and USD per million output tokens (kiln's own /metrics figure).
+// Usage: batch_fill [--seconds 40] [--rate 12] [--replicas 2]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "tests/batch/batch_support.hpp"
+#include "tests/support/kiln_process.hpp"
+#include "tests/support/stream_client.hpp"
+
+using namespace kiln::test;
+
+namespace {
+
+struct figures {
+  double tokens_per_s = 0;
+  double usd_per_mtok = 0;
+  double p95_ttft_ms = -1;
+  long batch_lines = 0;
+};
+
+std::vector<stream_spec> interactive(double seconds, double rate) {
+  std::vector<stream_spec> specs;
+  const int n = static_cast<int>(seconds * rate);
+  for (int i = 0; i < n; ++i)
+    specs.push_back({"{\"model\":\"chat-7b\",\"stream\":true,\"max_tokens\":120,\"messages\":[{\"role\":\"user\",\"content\":\"chat " +
+                         std::to_string(i) + " about the weather and other things people ask\"}]}",
+                     {"Authorization: Bearer key-search", "x-priority: interactive"}, static_cast<int>(i * 1000 / rate)});
+  return specs;
+}
+
+figures run(const std::string& cfg, double seconds, double rate, bool with_batch, int batch_lines) {
+  kiln_process p(cfg);
+  figures out;
+  std::string batch;
+  if (with_batch) {
+    std::string input;
+    for (int i = 0; i < batch_lines; ++i) input += batch_input_line("b" + std::to_string(i), 120) + "\n";
+    const auto up = upload_file(p.port(), "key-assistant", input);
+    const auto made = create_batch(p.port(), "key-assistant", nlohmann::json::parse(up.body)["id"]);
+    batch = nlohmann::json::parse(made.body)["id"];
+  }
+  const double t0 = metric(p.port(), "kiln_tokens_streamed_total");
+  const auto start = std::chrono::steady_clock::now();
+  if (rate > 0) {
+    const auto got = run_streams(p.port(), interactive(seconds, rate), static_cast<int>(seconds) + 60);
+    std::vector<double> t;
+    for (const auto& r : got)
+      if (r.ttft_ms >= 0) t.push_back(r.ttft_ms);
+    std::sort(t.begin(), t.end());
+    if (!t.empty()) out.p95_ttft_ms = t[std::min(t.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(t.size())))];
+  }
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(static_cast<long>(seconds * 1000)));
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.tokens_per_s = (metric(p.port(), "kiln_tokens_streamed_total") - t0) / elapsed;
+  out.usd_per_mtok = metric(p.port(), "kiln_model_usd_per_million_tokens{model=\"chat-7b\"");
+  if (!batch.empty())
+    out.batch_lines = nlohmann::json::parse(request(p.port(), "GET", "/v1/batches/" + batch, "", {"Authorization: Bearer key-assistant"}).body)
+                          ["request_counts"]["completed"];
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 40, rate = 12;
+  int replicas = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rate")) rate = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
+  }
+  const std::string cfg = test_config(replicas, 10000, 400);
+  const int lines = static_cast<int>(seconds * 400);  // more than the pool can answer in the time
+  const figures alone = run(cfg, seconds, rate, false, 0);
+  const figures both = run(cfg, seconds, rate, true, lines);
+  const figures full = run(cfg, seconds, 0, true, lines);
+  std::printf("batch_fill: %d sim replicas, %.0f s each, interactive %.1f requests/s of 120 tokens\n", replicas, seconds, rate);
+  std::printf("%-28s %12s %12s %14s %12s %12s\n", "run", "tokens/s", "utilisation", "p95 TTFT ms", "USD/Mtok", "batch lines");
+  auto row = [&](const char* name, const figures& f) {
+    std::printf("%-28s %12.0f %11.0f%% %14.1f %12.3f %12ld\n", name, f.tokens_per_s, 100 * f.tokens_per_s / full.tokens_per_s,
+                f.p95_ttft_ms, f.usd_per_mtok, f.batch_lines);
+  };
+  row("interactive alone", alone);
+  row("interactive + batch", both);
+  row("batch alone (full rate)", full);
+  return 0;
+}
