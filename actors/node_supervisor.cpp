@@ -163,6 +163,8 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
       return;
     }
     for (const auto& id : out.restarted) {
+      std::fprintf(stderr, "kiln: node supervisor: %s stopped (%s); restarted\n", id.c_str(),
+                   self->system().render(dm.reason).c_str());
       if (id != "admission") continue;
       for (const auto& [key, u] : st.pools) self->send(st.admission(), u);
       for (const auto& [model, r] : st.routes) self->send(st.admission(), r);

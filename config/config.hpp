@@ -206,7 +206,9 @@ struct batch_config {
   std::string files_dir;                      ///< "": beside the store file (<store>.files), ~/.kiln/files for PostgreSQL
   std::size_t max_file_bytes = 200u << 20;    ///< an upload larger than this gets 413
   int max_lines = 50000;                      ///< requests in one batch
-  int max_in_flight = 32;                     ///< a model's batch lines running at once
+  /// A model's batch lines running at once while no online request runs; beside online
+  /// requests a quarter of it (each line makes every engine step a little longer).
+  int max_in_flight = 128;
   /// Batch lines run only while a model's online requests (interactive and standard) wait
   /// nowhere and their charged tokens in flight stay below this share of the pools' capacity;
   /// the lines' own charged tokens then fill what is left of that share.

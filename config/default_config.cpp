@@ -19,7 +19,7 @@ store_path = "~/.kiln/kiln.db"  # teams, keys (hashed), limits, usage; seeded fr
 # files_dir = ""                 # "": beside the store file (<store_path>.files)
 # max_file_bytes = 209715200     # an upload larger than this gets 413
 # max_lines = 50000              # requests in one batch
-# max_in_flight = 32             # a model's batch lines running at once
+# max_in_flight = 128            # a model's batch lines at once (a quarter of it beside online requests)
 # idle_below = 0.5               # lines run while online requests wait nowhere and hold less than
 #                                # this share of the pools' capacity; lines fill the rest of it
 

@@ -54,6 +54,12 @@ std::string inside_files_dir(front& f, std::string uri) {
   return p.string();
 }
 
+// A row as the API shows it: its files only once it has ended.
+json shown(config::batch_row b) {
+  if (!b.ended()) b.output_file_id.clear(), b.error_file_id.clear();
+  return batch_json(b);
+}
+
 // Reads and checks the input (off the I/O threads), stores the batch and hands it to the
 // manager: the answer is the stored row.
 void create(front& f, const std::shared_ptr<exchange>& ex, config::batch_row row, bool seed_form) {
@@ -86,7 +92,7 @@ void create(front& f, const std::shared_ptr<exchange>& ex, config::batch_row row
                                    [&f, ex, seed_form](caf::expected<config::batch_row> r) {
                                      if (!r) return answer_failure(f, ex, r.error(), "store");
                                      if (f.batches) caf::anon_send(f.batches, batch_run{*r});
-                                     json body = batch_json(*r);
+                                     json body = shown(*r);
                                      if (seed_form) body["batch_id"] = r->id;
                                      answer_json(ex, 200, body);
                                    });
@@ -160,12 +166,6 @@ void post_batch(front& f, const std::shared_ptr<exchange>& ex) {
                                   row.input_path = r->path;
                                   create(f, ex, std::move(row), false);
                                 });
-}
-
-// A row as the API shows it: its files only once it has ended.
-json shown(config::batch_row b) {
-  if (!b.ended()) b.output_file_id.clear(), b.error_file_id.clear();
-  return batch_json(b);
 }
 
 void list(front& f, const std::shared_ptr<exchange>& ex) {

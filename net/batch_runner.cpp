@@ -63,7 +63,15 @@ caf::actor store(runner_actor* self) {
 // The batch's row as it is now, to the store (what a restart starts from; the files say which lines are done).
 void persist(runner_actor* self, job& j) {
   j.dirty = false;
-  if (auto s = store(self)) self->send(s, actors::batch_write{j.row});
+  auto s = store(self);
+  if (!s) return;
+  // Asked, not sent: an answer this actor has no handler for would end it (CAF 0.17).
+  self->request(s, kStoreAsk, actors::batch_write{j.row})
+      .then([](config::batch_row&) {},
+            [self, id = j.row.id](caf::error& e) {
+              std::fprintf(stderr, "kiln: batch %s: the store did not take its state: %s\n", id.c_str(),
+                           self->system().render(e).c_str());
+            });
 }
 
 void arm_persist(runner_actor* self) {
@@ -119,7 +127,8 @@ void send_line(runner_actor* self, job& j, std::size_t i) {
 
 // How many more lines may start now, from the model's picture in admission.
 int lines_allowed(const runner_state& st, const actors::batch_room& room) {
-  const int slots = st.max_in_flight - st.running;
+  const int most = room.online_in_flight > 0 ? std::max(1, st.max_in_flight / 4) : st.max_in_flight;
+  const int slots = most - st.running;
   if (slots <= 0 || room.serving == 0 || room.online_waiting > 0 || room.batch_waiting > 0) return 0;
   if (room.capacity <= 0) return slots;
   double budget = st.idle_below * static_cast<double>(room.capacity) - static_cast<double>(room.online_in_flight) -
@@ -228,7 +237,7 @@ void store_end(runner_actor* self, const std::string& id) {
     self->delayed_send(self, kStoreRetry, store_end_atom::value, id);
     return;
   }
-  for (auto& f : files) self->send(s, actors::file_write{f});
+  for (auto& f : files) self->request(s, kStoreAsk, actors::file_write{f}).then([](config::file_row&) {}, [](caf::error&) {});
   self->request(s, kStoreAsk, actors::batch_write{j.row})
       .then(
           [self, id](config::batch_row&) {

@@ -2,7 +2,9 @@
 // OpenAI batches on idle capacity. The node's batch manager hands each batch to its model's
 // runner (one actor per model), which feeds the batch's lines to the endpoint's own handler
 // (net/batch_exchange.hpp) at the batch tier, only while the model's online requests wait
-// nowhere and leave room (admission's batch_room). Each answer is appended to the batch's
+// nowhere and leave room (admission's batch_room): up to batch.max_in_flight lines while no
+// online request runs, a quarter of that beside online requests, and never past
+// batch.idle_below of the pools' capacity with the online requests. Each answer is appended to the batch's
 // output or error file as one whole line; what those files hold is what is done, so after a
 // restart (or kill -9) a batch goes on from there: no line runs to an answer twice, none is
 // lost. Lines not answered by the deadline end as batch_expired.

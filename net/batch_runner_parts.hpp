@@ -109,7 +109,7 @@ struct runner_state {
   std::map<std::string, job> jobs;
   std::vector<std::string> order;  ///< batch ids, oldest first
   int running = 0;                 ///< lines in flight, all batches
-  int max_in_flight = 32;
+  int max_in_flight = 128;
   double idle_below = 0.5;
   double avg_charge = 512;  ///< tokens a line holds while it runs (prompt + output), learned
   bool asking = false, feed_armed = false, persist_armed = false;

@@ -6,7 +6,7 @@ import { chromium } from "playwright-core";
 
 const [url, admin, teamKey, executablePath, out] = process.argv.slice(2);
 const fail = (msg) => { console.error("console check failed:", msg); process.exit(1); };
-const browser = await chromium.launch({ executablePath, args: ["--no-sandbox", "--disable-gpu"] });
+const browser = await chromium.launch({ executablePath, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   const errors = [];
