@@ -154,6 +154,7 @@ TEST_CASE("batch api: seed 000's form runs a file under the files directory into
   const std::string store =
       (std::filesystem::temp_directory_path() / ("kiln-batch-seed-" + std::to_string(::getpid()) + ".db")).string();
   remove_store(store);
+  const store_guard cleanup{store};
   std::filesystem::create_directories(store + ".files/in");
   {
     std::ofstream in(store + ".files/in/work.jsonl");
@@ -183,5 +184,4 @@ TEST_CASE("batch api: seed 000's form runs a file under the files directory into
   std::set<std::string> ids;
   while (std::getline(out, line)) ids.insert(json::parse(line)["custom_id"].get<std::string>());
   CHECK(ids == std::set<std::string>{"line-1", "two"});
-  remove_store(store);
 }

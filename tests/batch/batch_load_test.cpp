@@ -51,6 +51,7 @@ TEST_CASE("batch load: 2,000 lines beside interactive traffic; kill -9 mid-batch
   const std::string store =
       (std::filesystem::temp_directory_path() / ("kiln-batch-load-" + std::to_string(::getpid()) + ".db")).string();
   remove_store(store);
+  const store_guard cleanup{store};
   const std::string cfg = test_config(2);
   std::string input;
   for (int i = 0; i < kLines; ++i) input += batch_input_line("line-" + std::to_string(i), 8 + i % 17) + "\n";
@@ -134,5 +135,4 @@ TEST_CASE("batch load: 2,000 lines beside interactive traffic; kill -9 mid-batch
                     << " output tokens, the answers " << prompt << " + " << completion);
   CHECK(out_tokens == completion);
   CHECK(in_tokens == prompt);
-  remove_store(store);
 }

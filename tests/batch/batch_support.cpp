@@ -3,9 +3,13 @@
 #include <chrono>
 #include <thread>
 
+#include "tests/support/kiln_process.hpp"
+
 namespace kiln::test {
 
 using nlohmann::json;
+
+store_guard::~store_guard() { remove_store(path); }
 
 std::string batch_input_line(const std::string& custom_id, int max_tokens, const std::string& model) {
   return json{{"custom_id", custom_id},

@@ -11,6 +11,12 @@
 
 namespace kiln::test {
 
+/// Removes a store and its files when the test ends, passed or not.
+struct store_guard {
+  std::string path;
+  ~store_guard();
+};
+
 /// One line of a batch input file: a chat completion of `max_tokens` with a fixed seed.
 std::string batch_input_line(const std::string& custom_id, int max_tokens, const std::string& model = "chat-7b");
 /// POST /v1/files as multipart/form-data.
