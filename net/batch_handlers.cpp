@@ -1,8 +1,6 @@
 // OpenAI's Batches: POST /v1/batches (an uploaded input file, or seed 000's form with file
 // paths inside the files directory), GET /v1/batches[/{id}], POST /v1/batches/{id}/cancel.
 // A new batch's input is read and checked before it is stored; the node's batch manager runs it.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "net/batch_http.hpp"
 #include "net/batch_lines.hpp"
 #include "net/batch_runner.hpp"
+#include "net/batch_runner_parts.hpp"
 
 namespace kiln::net {
 
@@ -66,17 +65,9 @@ void create(front& f, const std::shared_ptr<exchange>& ex, config::batch_row row
   if (!f.deps.background) return answer_error(ex, {503, "server_error", "This node cannot run batches now.", "", "unavailable"});
   f.deps.background([&f, ex, row = std::move(row), seed_form]() mutable {
     std::string text;
-    {
-      const int fd = ::open(row.input_path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0)
-        return answer_error(ex, {400, "invalid_request_error", "The input file cannot be read on this node.",
-                                 seed_form ? "input_uri" : "input_file_id", ""});
-      char buf[1 << 16];
-      ssize_t n;
-      while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() <= f.deps.cfg->batch.max_file_bytes)
-        text.append(buf, static_cast<std::size_t>(n));
-      ::close(fd);
-    }
+    if (auto why = batch_parts::read_input(row.input_path, f.deps.cfg->batch.max_file_bytes, text); !why.empty())
+      return answer_error(ex, {400, "invalid_request_error", "The input file cannot be read on this node: " + why + ".",
+                               seed_form ? "input_uri" : "input_file_id", ""});
     auto in = read_batch_input(text, row.endpoint, f.deps.cfg->batch.max_lines, seed_form, row.model);
     if (auto* errs = std::get_if<std::vector<batch_input_error>>(&in)) {
       const auto& e = errs->front();

@@ -71,6 +71,8 @@ std::string open_answers(const std::string& path, fd_holder& fd, answered& out) 
   return {};
 }
 
+}  // namespace
+
 std::string read_input(const std::string& path, std::size_t max_bytes, std::string& text) {
   fd_holder fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.fd < 0) return "cannot open the input file: " + std::string(std::strerror(errno));
@@ -89,7 +91,6 @@ std::string read_input(const std::string& path, std::size_t max_bytes, std::stri
   return {};
 }
 
-}  // namespace
 
 void load_batch(front& f, const config::batch_row& row, caf::actor runner) {
   const auto& cfg = f.deps.cfg->batch;

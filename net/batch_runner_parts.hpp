@@ -130,6 +130,8 @@ std::pair<job*, std::size_t> next_line(runner_state& st, caf::actor_clock::time_
 bool has_runnable(const runner_state& st);
 /// Learns what a line holds while it runs from an answer's usage.
 void note_charge(runner_state& st, const std::string& body);
+/// Reads a batch's whole input file into `text` (up to `max_bytes`); why not, or "".
+std::string read_input(const std::string& path, std::size_t max_bytes, std::string& text);
 /// Reads the batch's input and what its files hold on a background thread; `runner` gets batch_loaded.
 void load_batch(front& f, const config::batch_row& row, caf::actor runner);
 
