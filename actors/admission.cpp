@@ -70,21 +70,29 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   const pool_runtime& rt = *pool.runtime;
   const config::pool_config& cfg_pool = *rt.cfg;
   // A request that arrives as tokens (the simulator's, a replayed capture) skips the template.
+  // A remote pool's upstream is sent the text itself: it travels on beside the tokens that
+  // charge and route it.
+  const bool keep_text = cfg_pool.executor == config::executor_kind::remote;
   if (!r.prompt_text.empty()) {
     const auto ids = rt.tokenizer->encode(r.prompt_text);
     r.prompt.assign(ids.begin(), ids.end());
-    r.prompt_text.clear();
+    if (!keep_text) r.prompt_text.clear();
   } else if (!r.messages.empty() || r.prompt.empty()) {
     auto prompt = rt.prompt_for(r);
     if (auto* e = std::get_if<std::string>(&prompt))
       return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
     r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
   }
-  r.messages.clear();  // rendered: the tokens travel on, not the text
-  r.chat_json.clear();
+  if (!keep_text) {
+    r.messages.clear();  // rendered: the tokens travel on, not the text
+    r.chat_json.clear();
+  }
   r.model = model;
   r.version = version;
   if (r.sampling.max_tokens <= 0) r.sampling.max_tokens = cfg_pool.default_max_tokens;
+  if (keep_text && (r.sampling.prompt_logprobs || r.sampling.logprobs >= 0))
+    return refuse(r, errc::invalid_request, "Log-probabilities are not available from a remote pool's upstreams.",
+                  "logprobs");
   if (r.sampling.prompt_logprobs && cfg_pool.executor == config::executor_kind::cuda)
     return refuse(r, errc::invalid_request,
                   "The prompt's log-probabilities (echo with logprobs) are not available on the cuda executor yet.", "echo");

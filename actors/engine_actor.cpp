@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "actors/chaos.hpp"
+#include "actors/engine_parts.hpp"
 #include "engine/cpu_executor.hpp"
 #if KILN_HAVE_CUDA
 #include "engine/cuda_executor.hpp"
@@ -37,6 +38,7 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
     case config::executor_kind::cpu:
       exec = std::make_unique<engine::cpu_executor>(rt.cpu, kv, pool.threads, rt.cpu_kv);
       break;
+    case config::executor_kind::remote: return std::string("a remote pool's replicas run no engine here");
     case config::executor_kind::cuda: {
 #if KILN_HAVE_CUDA
       engine::cuda_options opts;
@@ -118,13 +120,9 @@ namespace {
 
 using stateful = caf::stateful_actor<engine_state>;
 
-bool owner_alive(const engine_state& st, const engine_state::job& j) {
-  return j.owner && !st.gone_owners.count(j.owner.address());
-}
+bool owner_alive(const engine_state& st, const engine_state::job& j) { return engine_parts::owner_alive(st.gone_owners, j.owner); }
 
-void watch(stateful* self, const caf::actor& a) {
-  if (a && self->state.watched.insert(a.address()).second) self->monitor(a);
-}
+void watch(stateful* self, const caf::actor& a) { engine_parts::watch(self, self->state.watched, a); }
 
 // A request the engine cannot take or finish: its owner decides (retry or error); with no
 // owner left, the engine ends it at the sink.
@@ -195,18 +193,7 @@ void send_finish(stateful* self, engine_state::job& j, const engine::seq_output&
   } else if (owner_alive(st, j)) {
     self->send(j.owner, job_done{j.id, j.attempt, out.finish, out.usage, st.who.replica_id, std::max(0.0, j.ttft_ms)});
   } else {
-    stream_end end;
-    end.id = j.id;
-    end.finish_reason = std::string(engine::to_string(out.finish));
-    end.prompt_tokens = out.usage.prompt_tokens;
-    end.completion_tokens = out.usage.completion_tokens;
-    end.cached_tokens = out.usage.cached_tokens;
-    end.model_version = st.who.version;
-    end.region = st.who.region;
-    end.replica_id = st.who.replica_id;
-    end.engine_ttft_ms = std::max(0.0, j.ttft_ms);
-    end.attempts = j.attempt + 1;
-    self->send(j.sink, std::move(end));
+    self->send(j.sink, engine_parts::end_at_sink(j.id, out.finish, out.usage, st.who, j.ttft_ms, j.attempt));
   }
 }
 

@@ -189,6 +189,11 @@ caf::behavior node_supervisor(stateful* self, node_deps deps) {
         return pass_on<std::string>(self, pool, d, std::chrono::seconds(3));
       },
       [self](chaos_request& c) { return on_chaos(self, c); },
+      [self](upstream_change& c) -> caf::result<std::vector<std::string>> {
+        if (const caf::actor pool = self->state.sup.child(node_state::pool_child(c.model, c.version)))
+          return pass_on<std::vector<std::string>>(self, pool, c, std::chrono::seconds(3));
+        return make_error(errc::unknown_model, "no pool " + c.model + "@" + c.version + " runs on this node");
+      },
   };
   return caf::behavior{calls.or_else(node_version_calls(self))};
 }

@@ -78,7 +78,8 @@ child_spec pool_child_spec(stateful* self, std::shared_ptr<const config::pool_co
   pd.gauges = st.d.gauges;
   pd.loader = st.d.loader;
   pd.calendar = st.d.calendar;
-  pd.remote_replicas = !st.d.cfg->cluster.has(config::node_role::worker);
+  // A remote pool's replicas only call their upstreams: they run here, on the router's node.
+  pd.remote_replicas = !st.d.cfg->cluster.has(config::node_role::worker) && p->executor != config::executor_kind::remote;
   pd.registered = std::move(registered);
   return {node_state::pool_child(*p),
           [pd](caf::local_actor* parent) mutable {

@@ -57,6 +57,15 @@ std::shared_ptr<const pool_runtime> prepare(const config::pool_config& cfg, bool
       rt->tokenizer = std::make_shared<engine::word_tokenizer>();
       return rt;
     case config::executor_kind::cpu: break;
+    case config::executor_kind::remote:
+      // Its upstreams run the model: kiln needs only the tokenizer (and template) to charge
+      // and route, the model directory's when it names one, else the stand-in.
+      if (cfg.model_dir.empty()) {
+        rt->tokenizer = std::make_shared<engine::word_tokenizer>();
+        return rt;
+      }
+      text_only = true;
+      break;
     case config::executor_kind::cuda:
       if (text_only) break;  // no engine runs here: no device needed
       if (auto why = engine::cuda_unavailable_reason(); !why.empty()) {

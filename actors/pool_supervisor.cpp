@@ -22,6 +22,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::actors::detail::pool_loaded)
 
 namespace kiln::actors {
 
+using upstream_gone_atom = caf::atom_constant<caf::atom("upgone")>;
+
 std::string_view to_string(pool_status s) {
   switch (s) {
     case pool_status::loading: return "loading";
@@ -142,12 +144,14 @@ supervisor_flags restart_flags(const config::pool_config& p) {
 }
 
 // The next replica's child spec (its id numbered on from the last), remembered in replica_ids.
-child_spec replica_spec(stateful* self, caf::timespan cold_start) {
+child_spec replica_spec(stateful* self, caf::timespan cold_start, std::string upstream = {}) {
   auto& st = self->state;
   const config::pool_config& p = *st.d.cfg;
-  const replica_deps rd = replica_deps_for(p, {replica_id_of(p, st.next_replica++), p.model, p.version, st.d.region},
-                                           st.runtime, st.d.gauges, st.d.loader, cold_start);
+  replica_deps rd = replica_deps_for(p, {replica_id_of(p, st.next_replica++), p.model, p.version, st.d.region},
+                                     st.runtime, st.d.gauges, st.d.loader, cold_start);
   st.replica_ids.push_back(rd.who.replica_id);
+  if (!upstream.empty()) st.upstream_of[rd.who.replica_id] = upstream;
+  rd.upstream = std::move(upstream);
   if (st.d.remote_replicas)
     return {rd.who.replica_id,
             [self, rd](caf::local_actor* parent) {
@@ -182,7 +186,9 @@ void start_children(stateful* self) {
   specs.push_back({"router",
                    [rs, g = st.d.gauges](caf::local_actor* parent) { return parent->system().spawn(router_shard, rs, g); },
                    restart_policy::permanent});
-  for (int i = 0; i < p.replicas; ++i) specs.push_back(replica_spec(self, caf::timespan{0}));
+  const bool remote = p.executor == config::executor_kind::remote;
+  for (int i = 0; i < p.replicas; ++i)
+    specs.push_back(replica_spec(self, caf::timespan{0}, remote ? p.upstreams.at(static_cast<std::size_t>(i)) : ""));
   st.sup = supervisor(restart_flags(p), std::move(specs));
   st.sup.start_all(self);
   std::vector<std::string> all{"router"};
@@ -216,6 +222,7 @@ void remove(stateful* self, const std::string& id) {
   if (std::find(st.replica_ids.begin(), st.replica_ids.end(), id) == st.replica_ids.end()) return;
   st.sup.stop(self, id);
   std::erase(st.replica_ids, id);
+  st.upstream_of.erase(id);
   std::erase(st.warm_ids, id);
   if (const caf::actor router = st.router()) self->send(router, replica_gone{id});
   if (st.d.gauges) st.d.gauges->erase_replica(id);
@@ -300,6 +307,69 @@ caf::result<std::string> ask_replica(stateful* self, const std::string& id, Msg 
   return pass_on<std::string>(self, r, std::move(msg), std::chrono::seconds(2));
 }
 
+std::vector<std::string> upstream_lines(const pool_state& st) {
+  std::vector<std::string> out;
+  for (const auto& id : st.replica_ids)
+    if (auto it = st.upstream_of.find(id); it != st.upstream_of.end()) out.push_back(id + " " + it->second);
+  return out;
+}
+
+constexpr auto kDrainLook = std::chrono::milliseconds(200);
+
+// A removed upstream's replica leaves once its requests have ended, or after `looks` more
+// looks (an upstream that no longer answers cannot report its requests' ends).
+void leave_when_drained(stateful* self, const std::string& id, int looks) {
+  auto& st = self->state;
+  if (!st.sup.child(id)) return remove(self, id);
+  const std::string phase = st.d.gauges ? st.d.gauges->replica_phase(id) : "stopped";
+  if (phase == "stopped" || phase == "failed" || looks <= 0) return remove(self, id);
+  self->delayed_send(self, kDrainLook, upstream_gone_atom::value, id, looks - 1);
+}
+
+// At most the pool's request timeout, and never more than 30 s.
+int drain_looks(const config::pool_config& p) {
+  return static_cast<int>(std::min<std::int64_t>(p.request_timeout_ms, 30000) / kDrainLook.count());
+}
+
+caf::result<std::vector<std::string>> change_upstreams(stateful* self, const upstream_change& c) {
+  auto& st = self->state;
+  const config::pool_config& p = *st.d.cfg;
+  if (p.executor != config::executor_kind::remote)
+    return make_error(errc::invalid_request, p.model + "@" + p.version + " is not a remote pool: it has no upstreams");
+  auto held = std::find_if(st.upstream_of.begin(), st.upstream_of.end(), [&](const auto& kv) { return kv.second == c.url; });
+  switch (c.op) {
+    case upstream_op::list: break;
+    case upstream_op::add: {
+      if (auto why = config::upstream_url_problem(c.url); !why.empty())
+        return make_error(errc::invalid_request, "url " + why);
+      if (held != st.upstream_of.end())
+        return make_error(errc::conflict, "upstream " + c.url + " is already replica " + held->first);
+      if (st.status != pool_status::serving)
+        return make_error(errc::unavailable, "the pool is " + std::string(to_string(st.status)) + "; try again");
+      child_spec spec = replica_spec(self, caf::timespan{0}, c.url);
+      const std::string id = spec.id;
+      st.sup.add(self, std::move(spec));
+      if (const caf::actor router = st.router()) self->send(router, replica_up{id, st.sup.child(id)});
+      std::fprintf(stderr, "kiln: pool %s@%s: upstream %s added as %s\n", p.model.c_str(), p.version.c_str(),
+                   c.url.c_str(), id.c_str());
+      break;
+    }
+    case upstream_op::remove: {
+      if (held == st.upstream_of.end()) return make_error(errc::unknown_model, "no replica of " + p.model + "@" + p.version + " calls " + c.url);
+      if (st.upstream_of.size() == 1)
+        return make_error(errc::conflict, "upstream " + c.url + " is the pool's last; add another first");
+      const std::string id = held->first;
+      if (const caf::actor r = st.sup.child(id))
+        self->request(r, std::chrono::seconds(2), drain_atom::value).then([](std::string&) {}, [](caf::error&) {});
+      std::fprintf(stderr, "kiln: pool %s@%s: upstream %s (%s) drains and leaves\n", p.model.c_str(), p.version.c_str(),
+                   c.url.c_str(), id.c_str());
+      self->delayed_send(self, kDrainLook, upstream_gone_atom::value, id, drain_looks(p));
+      break;
+    }
+  }
+  return upstream_lines(st);
+}
+
 }  // namespace
 
 caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
@@ -358,6 +428,8 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
       [self](scale_up_order& o) { scale_up(self, o.add, o.warm); },
       [self](warm_order& o) { keep_warm(self, o.warm); },
       [self](remove_replica& r) { remove(self, r.replica_id); },
+      [self](upstream_change& c) { return change_upstreams(self, c); },
+      [self](upstream_gone_atom, const std::string& id, int looks) { leave_when_drained(self, id, looks); },
       [self](serving_count& c) {
         if (c.serving == self->state.serving_replicas) return;
         self->state.serving_replicas = c.serving;

@@ -5,6 +5,7 @@
 // router; a restarted replica is announced to the router. Past the restart intensity the pool
 // stops its children and turns `degraded` (admission answers 503 with Retry-After) until the
 // period has passed; then it starts them all again.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,21 @@ struct drain_replica {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, drain_replica& x) {
   return f(caf::meta::type_name("drain_replica"), x.replica_id);
+}
+
+/// Admin, remote pools: add an upstream (a new replica serving from it), remove one (its
+/// replica drains, then leaves) or list them. Answers "replica_id url" lines.
+enum class upstream_op : std::uint8_t { list, add, remove };
+struct upstream_change {
+  std::string model;
+  std::string version;
+  upstream_op op = upstream_op::list;
+  std::string url;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, upstream_change& x) {
+  return f(caf::meta::type_name("upstream_change"), x.model, x.version, x.op, x.url);
 }
 
 enum class chaos_target : std::uint8_t { engine, replica, router, autoscaler, store };
@@ -94,6 +110,9 @@ struct pool_state {
   std::vector<std::string> warm_ids;  ///< of replica_ids: loaded, held back from routing
   int warm_target = 0;                ///< as the autoscaler last asked
   int next_replica = 0;  ///< the number the next replica's id gets
+  /// Remote pools: the upstream each replica calls, by replica id, and the next replica's.
+  std::map<std::string, std::string> upstream_of;
+  std::string next_upstream;
   int serving_replicas = -1;  ///< from the autoscaler; -1: none
   /// The pool's autoscaler (started again if it dies); shared with the functor that stops it
   /// when the pool ends.

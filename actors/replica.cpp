@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/chaos.hpp"
+#include "actors/remote_engine.hpp"
 
 namespace kiln::actors {
 
@@ -82,6 +83,9 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
   const replica_deps& d = st.d;
   child_spec engine{"engine",
                     [d](caf::local_actor* parent) {
+                      if (d.pool->cfg->executor == config::executor_kind::remote)
+                        return parent->system().spawn(remote_engine, d.who, d.upstream, d.pool, d.gauges,
+                                                      caf::actor_cast<caf::actor>(parent));
                       return parent->system().spawn(engine_actor, d.who, d.pool, d.gauges, d.loader,
                                                     caf::actor_cast<caf::actor>(parent));
                     },

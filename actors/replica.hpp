@@ -28,6 +28,8 @@ struct replica_deps {
   /// A replica added by scaling waits this long (node start, weight copy, load, warm-up in the
   /// simulator) before its engine starts; it stays `starting` meanwhile.
   caf::timespan cold_start{0};
+  /// A remote pool's replica: the upstream base URL its engine calls ("" for any other).
+  std::string upstream;
 };
 
 /// Where a replica reports (again after its router was restarted).

@@ -36,6 +36,11 @@ std::string executor_name(const config::pool_config& p) {
     case config::executor_kind::sim: return "sim executor";
     case config::executor_kind::cpu: return "cpu executor, " + p.resolved_model_dir();
     case config::executor_kind::cuda: return "cuda executor, " + p.resolved_model_dir();
+    case config::executor_kind::remote: {
+      std::string s = "remote executor:";
+      for (const auto& u : p.upstreams) s += " " + u;
+      return s;
+    }
   }
   return "";
 }

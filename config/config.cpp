@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "config/db.hpp"
+#include "config/http_get.hpp"
 #include "engine/model_dir.hpp"
 
 namespace kiln::config {
@@ -233,6 +234,26 @@ void read_gpu(const toml::table& t, const std::string& path, engine::gpu_assumpt
   r.no_unknown_keys();
 }
 
+// A remote pool's upstreams (one replica each), model name, key and connection bound; the
+// keys are refused on any other executor.
+void read_upstreams(reader& r, pool_config& p) {
+  r.texts("upstreams", p.upstreams);
+  for (std::size_t i = 0; i < p.upstreams.size(); ++i) {
+    if (auto why = upstream_url_problem(p.upstreams[i]); !why.empty()) r.fail("upstreams", why);
+    if (std::find(p.upstreams.begin(), p.upstreams.begin() + static_cast<std::ptrdiff_t>(i), p.upstreams[i]) !=
+        p.upstreams.begin() + static_cast<std::ptrdiff_t>(i))
+      r.fail("upstreams", "lists " + p.upstreams[i] + " twice");
+  }
+  r.text("upstream_model", p.upstream_model);
+  r.text("upstream_api_key", p.upstream_api_key);
+  r.number("upstream_connections", p.upstream_connections, 1, 4096);
+  const bool remote = p.executor == executor_kind::remote;
+  if (remote && p.upstreams.empty()) r.fail("upstreams", "must name at least one upstream for the remote executor");
+  if (!remote && (!p.upstreams.empty() || !p.upstream_model.empty() || !p.upstream_api_key.empty()))
+    r.fail("upstreams", "are for the remote executor only");
+  if (remote) p.replicas = static_cast<int>(p.upstreams.size());
+}
+
 pool_config read_pool(const toml::table& t, std::size_t index) {
   pool_config p;
   const std::string path = "pools[" + std::to_string(index) + "]";
@@ -244,7 +265,10 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.text("executor", executor);
   if (executor == "cpu") p.executor = executor_kind::cpu;
   else if (executor == "cuda") p.executor = executor_kind::cuda;
-  else if (executor != "sim") r.fail("executor", "must be \"sim\", \"cpu\" or \"cuda\" (got \"" + executor + "\")");
+  else if (executor == "remote") p.executor = executor_kind::remote;
+  else if (executor != "sim")
+    r.fail("executor", "must be \"sim\", \"cpu\", \"cuda\" or \"remote\" (got \"" + executor + "\")");
+  read_upstreams(r, p);
   r.text("weights_dtype", p.weights_dtype);
   if (!p.weights_dtype.empty() && p.weights_dtype != "bf16" && p.weights_dtype != "f32" && p.weights_dtype != "int8" &&
       !(p.weights_dtype == "f16" && p.executor == executor_kind::cpu))
@@ -255,7 +279,7 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
   r.text("model_dir", p.model_dir);
   r.text("make_if_absent", p.make_if_absent);
   r.number("threads", p.threads, 1, 256);
-  if (p.executor != executor_kind::sim && p.model_dir.empty()) r.fail("model_dir", "is required for the " + executor + " executor");
+  if ((p.executor == executor_kind::cpu || p.executor == executor_kind::cuda) && p.model_dir.empty()) r.fail("model_dir", "is required for the " + executor + " executor");
   if (!p.make_if_absent.empty() && !engine::tiny_model_size_known(p.make_if_absent))
     r.fail("make_if_absent", "must be tiny, small or 100m (got \"" + p.make_if_absent + "\")");
   r.number("max_tokens_per_step", p.limits.max_tokens_per_step, 1, 1e7);
@@ -327,6 +351,8 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
       x.schedule.push_back(std::move(e));
     });
     ar.no_unknown_keys();
+    if (p.executor == executor_kind::remote)
+      r.fail("autoscale", "is not for the remote executor: its replicas are its upstreams (add them through the admin API)");
     if (x.max_replicas == 0) x.max_replicas = std::max(p.replicas, x.min_replicas);
     if (x.max_replicas < x.min_replicas) ar.fail("max_replicas", "must be at least min_replicas");
     if (x.scale_down_at >= x.scale_up_at) ar.fail("scale_down_at", "must be below scale_up_at");
@@ -466,6 +492,7 @@ int pool_config::engine_kv_blocks() const {
   if (kv_blocks > 0) return kv_blocks + 1;
   if (executor == executor_kind::cpu) return 1024 + 1;
   if (executor == executor_kind::cuda) return 2 + limits.kv_reserve_blocks;  // sized on the device at start
+  if (executor == executor_kind::remote) return 2 + limits.kv_reserve_blocks;  // the upstream's own
   return engine::cost_model(shape, gpu).kv_blocks(block_size) + 1;
 }
 
@@ -478,6 +505,16 @@ std::string expand_home(const std::string& path) {
   return std::string(home && *home ? home : "/tmp") + path.substr(1);
 }
 
+std::string upstream_url_problem(std::string_view url) {
+  std::string host, path;
+  int port = 0;
+  if (!split_http_url(url, host, port, path))
+    return "must be http://host:port/base (got \"" + std::string(url) + "\")";
+  if (url.find_first_of(" \t\r\n?#") != std::string_view::npos)
+    return "must be a plain base URL without spaces, query or fragment (got \"" + std::string(url) + "\")";
+  return {};
+}
+
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
 
 int server_config::scheduler_threads() const {
@@ -487,7 +524,7 @@ int server_config::scheduler_threads() const {
 
 std::int64_t pool_config::pool_capacity_tokens() const {
   if (capacity_tokens > 0) return capacity_tokens * replicas;
-  if (executor == executor_kind::cuda) return 0;  // the device sizes its KV at start
+  if (executor == executor_kind::cuda || executor == executor_kind::remote) return 0;  // sized elsewhere
   return static_cast<std::int64_t>(engine_kv_blocks() - 1) * block_size * replicas;
 }
 

@@ -57,7 +57,7 @@ struct team_config {
   const team_limit* limit_for(std::string_view model) const;
 };
 
-enum class executor_kind { sim, cpu, cuda };
+enum class executor_kind { sim, cpu, cuda, remote };
 
 /// One model version served by `replicas` engines in this region.
 /// A scale-up before a known peak ([[pools.autoscale.schedule]]): from `lead_s` before each
@@ -107,6 +107,12 @@ struct pool_config {
   std::string weights_dtype;
   std::string kv_dtype;  ///< cpu: f32 | bf16; empty: f32 with f32 weights, bf16 otherwise
   double gpu_memory_fraction = 0.90;   ///< cuda: of device memory for weights + KV
+  /// remote: one replica per OpenAI-compatible upstream, each a base URL "http://host:port/v1"
+  /// (vLLM, SGLang, another kiln); replicas follows their number.
+  std::vector<std::string> upstreams;
+  std::string upstream_model;    ///< remote: the model name the upstreams serve ("": the pool's model)
+  std::string upstream_api_key;  ///< remote: sent to the upstreams as a bearer key ("": none)
+  int upstream_connections = 64; ///< remote: keep-alive connections per replica at most (more requests queue)
   engine::scheduler_limits limits;
   int block_size = 16;            ///< tokens per KV block
   int kv_blocks = 0;              ///< KV blocks per engine; 0: what fits beside the weights
@@ -149,6 +155,9 @@ struct pool_config {
   /// Tokens in flight the whole pool carries at full load (0: unknown, no overload control).
   std::int64_t pool_capacity_tokens() const;
 };
+
+/// Why `url` cannot be a remote pool's upstream ("" when it can): http://host[:port][/base].
+std::string upstream_url_problem(std::string_view url);
 
 /// Rollout guards and the keeping of a replaced version ([rollout]).
 struct rollout_config {

@@ -163,6 +163,7 @@ void add_admin_routes(front& f) {
                [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { drain(f, ex, p.get("id")); });
   f.routes.add("POST", "/admin/chaos", access::admin,
                [&f](const std::shared_ptr<exchange>& ex, const route_params&) { chaos(f, ex); });
+  add_upstream_routes(f);
 }
 
 }  // namespace kiln::net

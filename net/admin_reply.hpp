@@ -43,4 +43,7 @@ caf::actor node_of(front& f);
 /// the node is 404 too; no answer at all is 503.
 void answer_failure(front& f, const std::shared_ptr<exchange>& ex, const caf::error& err, const std::string& who);
 
+/// GET, POST and DELETE /admin/pools/{model}/{version}/upstreams (admin_upstream_handlers.cpp).
+void add_upstream_routes(front& f);
+
 }  // namespace kiln::net

@@ -63,7 +63,8 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   CHECK(error_of(kMinimal + "[[teams]]\nname = \"u\"\napi_key = \"k\"\n") == "test.toml: teams[1].api_key is used by another team");
   CHECK(error_of(kMinimal + "[[pools]]\nmodel = \"m\"\nversion = \"v\"\n") == "test.toml: pools[1]: m@v is defined twice");
   CHECK(error_of("[[teams]]\nname = \"t\"\napi_key = \"k\"\n") == "test.toml: pools: at least one [[pools]] entry is required");
-  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") == "test.toml: pools[0].executor must be \"sim\", \"cpu\" or \"cuda\" (got \"gpu\")");
+  CHECK(error_of(kMinimal + "executor = \"gpu\"\n") ==
+        "test.toml: pools[0].executor must be \"sim\", \"cpu\", \"cuda\" or \"remote\" (got \"gpu\")");
   CHECK(error_of(kMinimal + "executor = \"cpu\"\n") == "test.toml: pools[0].model_dir is required for the cpu executor");
   CHECK(error_of(kMinimal + "executor = \"cuda\"\nmodel_dir = \"/m\"\nweights_dtype = \"f8\"\n") ==
         "test.toml: pools[0].weights_dtype must be bf16, f32 or int8");
@@ -89,6 +90,40 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
   auto missing = load_config_file("/nonexistent/kiln.toml");
   REQUIRE(std::holds_alternative<config_error>(missing));
   CHECK(std::get<config_error>(missing).message == "/nonexistent/kiln.toml: cannot open config file");
+}
+
+TEST_CASE("config: a remote pool names its upstreams, one replica each; the keys are refused elsewhere") {
+  const std::string remote = kMinimal + "executor = \"remote\"\n";
+  CHECK(error_of(remote) == "test.toml: pools[0].upstreams must name at least one upstream for the remote executor");
+  CHECK(error_of(remote + "upstreams = []\n") ==
+        "test.toml: pools[0].upstreams must name at least one upstream for the remote executor");
+  CHECK(error_of(remote + "upstreams = [\"https://a:1/v1\"]\n") ==
+        "test.toml: pools[0].upstreams must be http://host:port/base (got \"https://a:1/v1\")");
+  CHECK(error_of(remote + "upstreams = [\"http://a:1/v1?x=1\"]\n") ==
+        "test.toml: pools[0].upstreams must be a plain base URL without spaces, query or fragment (got \"http://a:1/v1?x=1\")");
+  CHECK(error_of(remote + "upstreams = [\"http://a:99999/v1\"]\n").find("must be http://host:port/base") != std::string::npos);
+  CHECK(error_of(remote + "upstreams = [\"http://a:1/v1\", \"http://a:1/v1\"]\n") ==
+        "test.toml: pools[0].upstreams lists http://a:1/v1 twice");
+  CHECK(error_of(remote + "upstreams = [1]\n") == "test.toml: pools[0].upstreams must be an array of strings");
+  CHECK(error_of(kMinimal + "upstreams = [\"http://a:1/v1\"]\n") == "test.toml: pools[0].upstreams are for the remote executor only");
+  CHECK(error_of(kMinimal + "upstream_model = \"x\"\n") == "test.toml: pools[0].upstreams are for the remote executor only");
+  CHECK(error_of(remote + "upstreams = [\"http://a:1/v1\"]\nupstream_connections = 0\n").find("upstream_connections must be between 1") !=
+        std::string::npos);
+  CHECK(error_of(remote + "upstreams = [\"http://a:1/v1\"]\n[pools.autoscale]\nmax_replicas = 3\n").find("autoscale is not for the remote") !=
+        std::string::npos);
+  auto r = parse_config(remote + "replicas = 7\nupstreams = [\"http://a:1/v1\", \"http://b/v1/\"]\nupstream_model = \"llama\"\n"
+                                 "upstream_api_key = \"sk\"\nupstream_connections = 4096\n",
+                        "t");
+  REQUIRE(std::holds_alternative<kiln_config>(r));
+  const auto& p = std::get<kiln_config>(r).pools[0];
+  CHECK(p.executor == executor_kind::remote);
+  CHECK(p.replicas == 2);  // one per upstream, whatever replicas says
+  CHECK(p.upstreams[1] == "http://b/v1/");
+  CHECK(p.upstream_model == "llama");
+  CHECK(p.upstream_api_key == "sk");
+  CHECK(p.upstream_connections == 4096);
+  CHECK(p.model_dir.empty());
+  CHECK(p.pool_capacity_tokens() == 0);
 }
 
 TEST_CASE("config: several versions of a model need a live version; the alias resolves to it") {
