@@ -139,10 +139,20 @@ TEST_CASE("pg store e2e: a team's tokens per minute hold across regions: the sha
     return std::atof(r.headers.at("x-ratelimit-limit-tokens").c_str());
   };
   // Both regions hold the limit (b reads it from the store within seconds); both live and
-  // asked alike (these requests only): about half each.
+  // asked alike (these requests only): each holds a part near half. What each region was asked
+  // is measured over its own 5 s windows, which do not line up: a part may stray a fifth
+  // from half, and the two parts, read moments apart, add up to the limit within a tenth.
   REQUIRE(eventually([&] { return applied(b.port()) > 0; }, std::chrono::seconds(8)));
-  CHECK(eventually([&] { return std::abs(applied(a.port()) - limit / 2) < 0.1 * limit && std::abs(applied(b.port()) - limit / 2) < 0.1 * limit; },
-                   std::chrono::seconds(15)));
+  double part_a = 0, part_b = 0;
+  CHECK(eventually(
+      [&] {
+        part_a = applied(a.port());
+        part_b = applied(b.port());
+        return std::abs(part_a - limit / 2) < 0.2 * limit && std::abs(part_b - limit / 2) < 0.2 * limit &&
+               std::abs(part_a + part_b - limit) < 0.1 * limit;
+      },
+      std::chrono::seconds(15)));
+  MESSAGE("asked alike: a applies " << part_a << ", b " << part_b << " tokens per minute of " << limit);
   // Demand in a only: a's share grows, b keeps its floor; together they stay the limit.
   std::atomic<bool> stop{false};
   std::thread load([&] {  // about 50 asks a second of 100+ tokens each: each stream is left at its head
