@@ -96,6 +96,10 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
       if (!self->acceptor_.is_open() || ec == boost::asio::error::operation_aborted) return;
       if (!ec) {
         self->accept_failing_ = false;
+        // Streams write a token at a time: without this, Nagle holds a token back until the
+        // client's delayed ACK (40 ms on Linux) whenever an earlier one is still unacknowledged.
+        boost::system::error_code ignored;
+        socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
         make_connection(std::move(socket), self)->start();
         return self->accept();
       }

@@ -85,8 +85,18 @@ int main(int argc, char** argv) {
   run(upstream.port(), "warm-d", 8, rate, 8, upstream, nullptr, warm);
   run(front.port(), "warm-v", 8, rate, 8, upstream, &front, warm);
   for (int r = 0; r < rounds; ++r) {
-    run(upstream.port(), "direct-" + std::to_string(r), streams, rate, max_tokens, upstream, nullptr, direct);
-    run(front.port(), "via-" + std::to_string(r), streams, rate, max_tokens, upstream, &front, via);
+    sample d, v;
+    run(upstream.port(), "direct-" + std::to_string(r), streams, rate, max_tokens, upstream, nullptr, d);
+    run(front.port(), "via-" + std::to_string(r), streams, rate, max_tokens, upstream, &front, v);
+    std::printf("round %d: ttft p50/p95/max direct %.1f/%.1f/%.1f ms, via %.1f/%.1f/%.1f ms\n", r, pct(d.ttft, 0.5),
+                pct(d.ttft, 0.95), pct(d.ttft, 1), pct(v.ttft, 0.5), pct(v.ttft, 0.95), pct(v.ttft, 1));
+    for (auto [from, to] : {std::pair{&d, &direct}, std::pair{&v, &via}}) {
+      to->ttft.insert(to->ttft.end(), from->ttft.begin(), from->ttft.end());
+      to->tokens += from->tokens;
+      to->upstream_cpu += from->upstream_cpu;
+      to->front_cpu += from->front_cpu;
+      to->failed += from->failed;
+    }
   }
   auto us_per_token = [](double cpu, long tokens) { return tokens > 0 ? cpu * 1e6 / static_cast<double>(tokens) : -1; };
   std::printf("remote_hop: %d rounds x %d streams at %.0f/s, max_tokens %d (failed: direct %d, via %d)\n", rounds,
