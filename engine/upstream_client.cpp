@@ -1,5 +1,7 @@
 #include "engine/upstream_client.hpp"
 
+#include <pthread.h>
+
 #include <array>
 #include <atomic>
 #include <deque>
@@ -43,6 +45,7 @@ std::optional<endpoint> parse_endpoint(std::string_view url) {
 namespace {
 
 constexpr std::size_t kMaxErrorBody = 64 * 1024;
+constexpr std::size_t kMaxEvent = 1 << 20;  ///< one SSE event's bytes at most
 
 // The message of an error answer: OpenAI's {"error": {"message": ...}}, FastAPI's
 // {"detail": ...} or {"message": ...}, else the body's start.
@@ -263,6 +266,8 @@ struct client::impl {
       if (c->reader.head_done() && c->reader.status() == 200) {
         std::vector<std::string> datas;
         c->sse.feed(body, datas);
+        if (c->sse.pending() > kMaxEvent)
+          return self->drop(c, failure::broken, "an event from the upstream over 1 MiB without its end");
         std::vector<stream_event> events;
         for (auto& d : datas) {
           auto parsed = parse_chunk(d);
@@ -393,7 +398,10 @@ void fetch(asio::io_context& io, const client_options& o, const std::string& pat
 
 client::client(client_options opts, events_fn on_events)
     : impl_(std::make_unique<impl>(std::move(opts), std::move(on_events))) {
-  impl_->thread = std::thread([i = impl_.get()] { i->io.run(); });
+  impl_->thread = std::thread([i = impl_.get()] {
+    ::pthread_setname_np(::pthread_self(), "kiln.upstream");  // as its CPU shows per thread
+    i->io.run();
+  });
 }
 
 client::~client() {

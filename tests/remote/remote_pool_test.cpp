@@ -55,7 +55,35 @@ std::string front_config(const std::vector<std::string>& upstreams, const std::s
   return head("local") + remote_pool(upstreams, extra);
 }
 
-std::string chat_body(const std::string& text, int max_tokens, bool stream, const std::string& model = "chat-7b") {
+// A front whose upstreams are kiln processes: they serve the model as chat-7b, under the key
+// of one of their teams.
+std::string front_of_kilns(const std::vector<std::string>& upstreams, const std::string& extra = "") {
+  std::string cfg = front_config(upstreams, extra);
+  cfg.replace(cfg.find("served-model"), 12, "chat-7b");
+  cfg.replace(cfg.find("\"up-key\""), 8, "\"key-search\"");
+  return cfg;
+}
+
+std::string url_of(const kiln_process& u) { return "http://127.0.0.1:" + std::to_string(u.port()) + "/v1"; }
+
+std::string chat_body(const std::string& text, int max_tokens, bool stream, const std::string& model = "chat-7b");
+
+// Sends a streamed chat on `c` and reads until a non-empty content delta came; what was read.
+std::string first_content(http_conn& c, const std::string& body) {
+  c.send_raw(make_request("POST", "/v1/chat/completions", body, kSearch));
+  REQUIRE(c.read_head().status == 200);
+  std::string seen;
+  const std::string mark = "\"content\":\"";
+  REQUIRE(eventually([&] {
+    seen += c.read_some();
+    for (auto at = seen.find(mark); at != std::string::npos; at = seen.find(mark, at + 1))
+      if (at + mark.size() < seen.size() && seen[at + mark.size()] != '"') return true;
+    return false;
+  }, 5s));
+  return seen;
+}
+
+std::string chat_body(const std::string& text, int max_tokens, bool stream, const std::string& model) {
   return json{{"model", model},
               {"stream", stream},
               {"max_tokens", max_tokens},
@@ -86,12 +114,7 @@ void wait_serving(int port, const std::vector<std::string>& ids) {
 
 TEST_CASE("a remote pool serves through kiln: streams with kiln's own framing, usage, errors, completions") {
   kiln_process upstream(upstream_config());
-  const std::string url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/v1";
-  std::string front_cfg = front_config({url});
-  // The upstream serves the model as chat-7b, under the key of one of its teams.
-  front_cfg.replace(front_cfg.find("served-model"), 12, "chat-7b");
-  front_cfg.replace(front_cfg.find("\"up-key\""), 8, "\"key-search\"");
-  kiln_process front(front_cfg);
+  kiln_process front(front_of_kilns({url_of(upstream)}));
   wait_serving(front.port(), {"chat-7b-r1-r0"});
 
   std::vector<stream_spec> specs;
@@ -170,9 +193,7 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
   fake.token_delay_ms = 20;
   {
     http_conn c(front.port());
-    c.send_raw(make_request("POST", "/v1/chat/completions", chat_body("long", 400, true), kSearch));
-    REQUIRE(c.read_head().status == 200);
-    REQUIRE(eventually([&] { return c.read_some().find("tok") != std::string::npos; }, 5s));
+    first_content(c, chat_body("long", 400, true));
   }
   CHECK(eventually([&] { return fake.abandoned == 1; }, 3s));
   CHECK(fake.finished == 1);
@@ -182,11 +203,7 @@ TEST_CASE("an upstream that dies: retried elsewhere before the first token, one 
   fake_upstream dead;  // closes every answer before its first token
   dead.die_after = 0;
   kiln_process upstream(upstream_config(2));
-  const std::string good = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/v1";
-  std::string cfg = front_config({dead.base_url(), good}, "routing = \"round_robin\"\n");
-  cfg.replace(cfg.find("served-model"), 12, "chat-7b");
-  cfg.replace(cfg.find("\"up-key\""), 8, "\"key-search\"");
-  kiln_process front(cfg);
+  kiln_process front(front_of_kilns({dead.base_url(), url_of(upstream)}, "routing = \"round_robin\"\n"));
   wait_serving(front.port(), {"chat-7b-r1-r0", "chat-7b-r1-r1"});
   std::vector<stream_spec> specs;
   // Spread out, so that retries in flight stay within the router's retry budget.
@@ -207,19 +224,10 @@ TEST_CASE("an upstream that dies: retried elsewhere before the first token, one 
   // Killed mid-stream (kill -9 of the upstream process): tokens already sent stand, one error
   // event ends the stream.
   kiln_process lone(upstream_config());
-  std::string lone_cfg = front_config({"http://127.0.0.1:" + std::to_string(lone.port()) + "/v1"});
-  lone_cfg.replace(lone_cfg.find("served-model"), 12, "chat-7b");
-  lone_cfg.replace(lone_cfg.find("\"up-key\""), 8, "\"key-search\"");
-  kiln_process front2(lone_cfg);
+  kiln_process front2(front_of_kilns({url_of(lone)}));
   wait_serving(front2.port(), {"chat-7b-r1-r0"});
   http_conn c(front2.port(), 15000);
-  c.send_raw(make_request("POST", "/v1/chat/completions", chat_body("killed mid-stream", 400, true), kSearch));
-  REQUIRE(c.read_head().status == 200);
-  std::string seen;
-  REQUIRE(eventually([&] {
-    seen += c.read_some();
-    return seen.find("\"content\"") != std::string::npos;
-  }, 5s));
+  std::string seen = first_content(c, chat_body("killed mid-stream", 400, true));
   lone.signal(SIGKILL);
   for (int i = 0; i < 200 && seen.find("[DONE]") == std::string::npos; ++i) {
     const std::string more = c.read_some();
@@ -289,4 +297,29 @@ TEST_CASE("upstreams are listed, added and removed through the admin API") {
     CHECK(request(front.port(), "POST", "/v1/chat/completions", chat_body("after " + std::to_string(i), 4, false), kSearch).status == 200);
   CHECK(a.requests.load() == a_before);
   CHECK(b.requests.load() >= 4);
+}
+
+TEST_CASE("kiln behind kiln: a client that goes away ends its upstream request; a frozen upstream leaves the ranking, and returns") {
+  kiln_process u1(upstream_config()), u2(upstream_config());
+  kiln_process front(front_of_kilns({url_of(u1), url_of(u2)}));
+  wait_serving(front.port(), {"chat-7b-r1-r0", "chat-7b-r1-r1"});
+
+  auto gone = [&] {
+    return metric(u1.port(), "kiln_requests_total{status=\"499\"}") + metric(u2.port(), "kiln_requests_total{status=\"499\"}");
+  };
+  {
+    http_conn c(front.port());
+    first_content(c, chat_body("walk away", 400, true));
+  }
+  CHECK(eventually([&] { return gone() == 1; }, 3s));  // the upstream saw its client (the front) go
+
+  u1.signal(SIGSTOP);  // frozen: its health polls go unanswered
+  CHECK(eventually([&] { return !in_ranking(front.port(), "chat-7b-r1-r0"); }, 4s));
+  for (int i = 0; i < 4; ++i) {
+    const auto r = request(front.port(), "POST", "/v1/chat/completions", chat_body("while frozen " + std::to_string(i), 4, false), kSearch);
+    CHECK(r.status == 200);
+    CHECK(json::parse(r.body, nullptr, false).value("replica_id", "") == "chat-7b-r1-r1");
+  }
+  u1.signal(SIGCONT);
+  CHECK(eventually([&] { return in_ranking(front.port(), "chat-7b-r1-r0"); }, 4s));
 }

@@ -194,6 +194,14 @@ TEST_CASE("error statuses, a death mid-stream, a refused connection and silence 
   REQUIRE(eventually([&] { return got.ended(3); }, 3s));
   CHECK(got.of(3).back().why == up::failure::stalled);
 
+  fake.token_delay_ms = 2;
+  fake.endless_event = true;  // a hostile upstream: held bytes stay bounded
+  c.start(5, "/chat/completions", kChat);
+  REQUIRE(eventually([&] { return got.ended(5); }, 5s));
+  CHECK(got.of(5).back().why == up::failure::broken);
+  CHECK(got.of(5).back().message.find("over 1 MiB") != std::string::npos);
+  fake.endless_event = false;
+
   up::client nowhere(options_for("http://127.0.0.1:" + std::to_string(kiln::test::free_port()) + "/v1"), got.sink());
   nowhere.start(4, "/chat/completions", kChat);
   REQUIRE(eventually([&] { return got.ended(4); }, 3s));

@@ -171,6 +171,11 @@ void fake_upstream::serve(int fd) {
         if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"))
           return forget();
         bool gone = false;
+        if (endless_event) {
+          const std::string piece = chunk("data: " + std::string(65536, 'x'));
+          for (int i = 0; i < 32 && !gone; ++i) gone = !send_all(fd, piece);
+          return forget();
+        }
         for (int i = 0; i < n && !gone; ++i) {
           if (die_after >= 0 && i >= die_after) return forget();  // killed mid-stream
           std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms.load()));

@@ -29,7 +29,8 @@ class fake_upstream {
   std::atomic<int> status{200};          ///< an error status answers every completion with it
   std::atomic<int> die_after{-1};        ///< >= 0: the connection closes after this many tokens
   std::atomic<int> running_metric{3};    ///< vllm:num_requests_running it reports
-  std::atomic<bool> close_silently{false};  ///< close each connection after its answer, unannounced
+  std::atomic<bool> close_silently{false};
+  std::atomic<bool> endless_event{false};  ///< a hostile answer: one event that never ends (2 MiB, no newline)  ///< close each connection after its answer, unannounced
 
   // What it saw.
   std::atomic<int> requests{0};      ///< completions asked
