@@ -5,6 +5,7 @@
 #include "actors/registry_calls.hpp"
 #include "actors/request.hpp"
 #include "actors/store_writer.hpp"
+#include "actors/upstream_calls.hpp"
 
 namespace kiln::actors {
 
@@ -39,6 +40,32 @@ caf::message_handler pool_limits_calls(stateful* self) {
               if (!r.error.empty()) rp.deliver(make_error(errc::internal, "The store refused the pool's limits: " + r.error));
               else rp.deliver(std::move(r.row));
             });
+        return rp;
+      },
+      [self](pool_upstreams_write& w) -> caf::result<bool> {
+        auto rp = self->make_response_promise<bool>();
+        on_disk<std::string>(
+            self,
+            [w](config::store& s) { return s.put_pool_upstreams(w.model, w.version, w.region, w.urls).value_or(""); },
+            [rp](std::string& error) mutable {
+              if (!error.empty()) rp.deliver(make_error(errc::internal, "The store refused the pool's upstreams: " + error));
+              else rp.deliver(true);
+            });
+        return rp;
+      },
+      [self](pool_upstreams_call& c) -> caf::result<pool_upstreams> {
+        auto rp = self->make_response_promise<pool_upstreams>();
+        on_disk<pool_upstreams>(
+            self,
+            [c](config::store& s) {
+              pool_upstreams out;
+              if (auto urls = s.pool_upstreams_of(c.model, c.version, c.region)) {
+                out.stored = true;
+                out.urls = std::move(*urls);
+              }
+              return out;
+            },
+            [rp](pool_upstreams& u) mutable { rp.deliver(std::move(u)); });
         return rp;
       },
       [self](pool_limits_call&) -> caf::result<std::vector<config::pool_limits>> {

@@ -8,6 +8,8 @@
 #include <caf/all.hpp>
 
 #include "actors/autoscale.hpp"
+#include "actors/node_supervisor.hpp"
+#include "actors/upstream_calls.hpp"
 #include "actors/pool_text.hpp"
 #include "actors/remote_replica.hpp"
 #include "actors/replica.hpp"
@@ -186,9 +188,10 @@ void start_children(stateful* self) {
   specs.push_back({"router",
                    [rs, g = st.d.gauges](caf::local_actor* parent) { return parent->system().spawn(router_shard, rs, g); },
                    restart_policy::permanent});
-  const bool remote = p.executor == config::executor_kind::remote;
-  for (int i = 0; i < p.replicas; ++i)
-    specs.push_back(replica_spec(self, caf::timespan{0}, remote ? p.upstreams.at(static_cast<std::size_t>(i)) : ""));
+  if (p.executor == config::executor_kind::remote)
+    for (const auto& url : st.first_upstreams) specs.push_back(replica_spec(self, caf::timespan{0}, url));
+  else
+    for (int i = 0; i < p.replicas; ++i) specs.push_back(replica_spec(self, caf::timespan{0}));
   st.sup = supervisor(restart_flags(p), std::move(specs));
   st.sup.start_all(self);
   std::vector<std::string> all{"router"};
@@ -307,6 +310,47 @@ caf::result<std::string> ask_replica(stateful* self, const std::string& id, Msg 
   return pass_on<std::string>(self, r, std::move(msg), std::chrono::seconds(2));
 }
 
+// A remote pool starts from the upstreams operators left in the store, else the config's.
+void start_remote(stateful* self) {
+  auto& st = self->state;
+  const config::pool_config& p = *st.d.cfg;
+  st.first_upstreams = p.upstreams;
+  auto go = [self] {
+    start_children(self);
+    self->state.status = pool_status::serving;
+    announce(self);
+  };
+  const caf::actor store = caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
+  if (!store) return go();
+  self->request(store, std::chrono::seconds(3), pool_upstreams_call{p.model, p.version, st.d.region})
+      .then(
+          [self, go](pool_upstreams& u) {
+            if (u.stored && !u.urls.empty()) self->state.first_upstreams = std::move(u.urls);
+            go();
+          },
+          [go](caf::error&) { go(); });
+}
+
+std::vector<std::string> current_upstreams(const pool_state& st) {
+  std::vector<std::string> urls;
+  for (const auto& id : st.replica_ids)
+    if (auto it = st.upstream_of.find(id); it != st.upstream_of.end()) urls.push_back(it->second);
+  return urls;
+}
+
+// After a change through the admin API: the list a restart starts from.
+void save_upstreams(stateful* self) {
+  auto& st = self->state;
+  const caf::actor store = caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
+  if (!store) return;
+  const config::pool_config& p = *st.d.cfg;
+  self->request(store, std::chrono::seconds(3), pool_upstreams_write{p.model, p.version, st.d.region, current_upstreams(st)})
+      .then([](bool) {},
+            [name = p.model + "@" + p.version](caf::error& e) {
+              std::fprintf(stderr, "kiln: pool %s: its upstreams were not stored: %s\n", name.c_str(), to_string(e).c_str());
+            });
+}
+
 std::vector<std::string> upstream_lines(const pool_state& st) {
   std::vector<std::string> out;
   for (const auto& id : st.replica_ids)
@@ -359,6 +403,7 @@ caf::result<std::vector<std::string>> change_upstreams(stateful* self, const ups
       if (st.upstream_of.size() == 1)
         return make_error(errc::conflict, "upstream " + c.url + " is the pool's last; add another first");
       const std::string id = held->first;
+      st.upstream_of.erase(held);  // no longer the pool's; its replica finishes what it holds
       if (const caf::actor r = st.sup.child(id))
         self->request(r, std::chrono::seconds(2), drain_atom::value).then([](std::string&) {}, [](caf::error&) {});
       std::fprintf(stderr, "kiln: pool %s@%s: upstream %s (%s) drains and leaves\n", p.model.c_str(), p.version.c_str(),
@@ -367,6 +412,7 @@ caf::result<std::vector<std::string>> change_upstreams(stateful* self, const ups
       break;
     }
   }
+  if (c.op != upstream_op::list) save_upstreams(self);
   return upstream_lines(st);
 }
 
@@ -396,6 +442,7 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
             std::fprintf(stderr, "kiln: pool %s@%s: cpu executor, %s, KV cache %s\n", st.d.cfg->model.c_str(),
                          st.d.cfg->version.c_str(), st.runtime->cpu->describe().c_str(),
                          st.runtime->cpu_kv == engine::kv_dtype::bf16 ? "bf16" : "f32");
+          if (st.d.cfg->executor == config::executor_kind::remote && !st.d.remote_replicas) return start_remote(self);
           start_children(self);
           st.status = pool_status::serving;
         }

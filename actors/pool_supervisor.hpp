@@ -112,7 +112,7 @@ struct pool_state {
   int next_replica = 0;  ///< the number the next replica's id gets
   /// Remote pools: the upstream each replica calls, by replica id, and the next replica's.
   std::map<std::string, std::string> upstream_of;
-  std::string next_upstream;
+  std::vector<std::string> first_upstreams;  ///< what its replicas start with: the store's list, else the config's
   int serving_replicas = -1;  ///< from the autoscaler; -1: none
   /// The pool's autoscaler (started again if it dies); shared with the functor that stops it
   /// when the pool ends.

@@ -1,5 +1,6 @@
 // The store's `pools` table: each pool's replica bounds and warm replicas per region, set by
-// operators (PUT .../pool) and read by the pool's autoscaler.
+// operators (PUT .../pool) and read by the pool's autoscaler; and `pool_upstreams`, a remote
+// pool's upstreams as operators left them.
 #include "config/db.hpp"
 #include "config/store.hpp"
 
@@ -53,6 +54,35 @@ std::optional<pool_limits> store::pool_limits_of(const std::string& model, const
   st.bind(1, model).bind(2, version).bind(3, region);
   if (!st.row()) return std::nullopt;
   return row_of(st);
+}
+
+std::optional<std::string> store::put_pool_upstreams(const std::string& model, const std::string& version,
+                                                     const std::string& region, const std::vector<std::string>& urls) {
+  std::string lines;
+  for (const auto& u : urls) {
+    if (u.find('\n') != std::string::npos) return "an upstream URL holds a line break";
+    lines += u + "\n";
+  }
+  statement st(*db_,
+               "INSERT INTO pool_upstreams(model, version, region, urls) VALUES(?,?,?,?) "
+               "ON CONFLICT(model, version, region) DO UPDATE SET urls=excluded.urls");
+  st.bind(1, model).bind(2, version).bind(3, region).bind(4, lines);
+  return st.run();
+}
+
+std::optional<std::vector<std::string>> store::pool_upstreams_of(const std::string& model, const std::string& version,
+                                                                 const std::string& region) {
+  statement st(*db_, "SELECT urls FROM pool_upstreams WHERE model=? AND version=? AND region=?");
+  st.bind(1, model).bind(2, version).bind(3, region);
+  if (!st.row()) return std::nullopt;
+  std::vector<std::string> urls;
+  const std::string lines = st.text(0);
+  for (std::size_t at = 0; at < lines.size();) {
+    const auto end = lines.find('\n', at);
+    urls.push_back(lines.substr(at, end - at));
+    at = end == std::string::npos ? lines.size() : end + 1;
+  }
+  return urls;
 }
 
 std::vector<pool_limits> store::all_pool_limits() {

@@ -107,8 +107,14 @@ CREATE TABLE batches(batch_id TEXT PRIMARY KEY, team TEXT NOT NULL, model TEXT N
 CREATE INDEX batches_team ON batches(team, created_at);
 )sql";
 
-const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4,
-                                   kSchemaV5, kSchemaV6, kSchemaV7, kSchemaV8};
+// Version 9: a remote pool's upstreams as operators left them (one line per base URL).
+constexpr const char* kSchemaV9 = R"sql(
+CREATE TABLE pool_upstreams(model TEXT NOT NULL, version TEXT NOT NULL, region TEXT NOT NULL, urls TEXT NOT NULL,
+  PRIMARY KEY(model, version, region));
+)sql";
+
+const char* const kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5,
+                                   kSchemaV6, kSchemaV7, kSchemaV8, kSchemaV9};
 
 // Runs `body` in one transaction: committed when it returns no error, else rolled back and
 // its error returned.

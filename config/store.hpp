@@ -101,7 +101,7 @@ class store {
   /// postgres:// or postgresql:// path names, and migrates it to the current schema. `ledger`
   /// names this node's usage watermark in a store nodes share ("": a single node's).
   static std::variant<std::unique_ptr<store>, std::string> open(const std::string& path, const std::string& ledger = "");
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
   int schema_version();
   const std::string& path() const { return path_; }
   /// Whether other nodes may share it (PostgreSQL).
@@ -166,6 +166,12 @@ class store {
   std::optional<std::string> put_pool_limits(const pool_limits& l);
   std::optional<pool_limits> pool_limits_of(const std::string& model, const std::string& version, const std::string& region);
   std::vector<pool_limits> all_pool_limits();
+  /// A remote pool's upstreams as operators last left them (config/pool_store.cpp); nullopt:
+  /// never changed (the config's list holds).
+  std::optional<std::string> put_pool_upstreams(const std::string& model, const std::string& version,
+                                                const std::string& region, const std::vector<std::string>& urls);
+  std::optional<std::vector<std::string>> pool_upstreams_of(const std::string& model, const std::string& version,
+                                                            const std::string& region);
   /// OpenAI's files and batches (config/batch_store.cpp).
   std::optional<std::string> put_file(const file_row& f);
   std::optional<file_row> file(const std::string& id);

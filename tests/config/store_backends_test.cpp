@@ -178,6 +178,14 @@ void exercise(const opener& open) {
   CHECK(s->pool_limits_of("m", "v2", "east")->max_replicas == 9);
   CHECK_FALSE(s->pool_limits_of("m", "v2", "west"));
   CHECK(s->all_pool_limits().size() == 1);
+  // A remote pool's upstreams: none stored until changed; the whole list replaces the last.
+  CHECK_FALSE(s->pool_upstreams_of("m", "v2", "east"));
+  REQUIRE_FALSE(s->put_pool_upstreams("m", "v2", "east", {"http://a:1/v1", "http://b:2/v1"}));
+  REQUIRE_FALSE(s->put_pool_upstreams("m", "v2", "east", {"http://b:2/v1", "http://c/v1"}));
+  CHECK(*s->pool_upstreams_of("m", "v2", "east") == std::vector<std::string>{"http://b:2/v1", "http://c/v1"});
+  CHECK_FALSE(s->pool_upstreams_of("m", "v2", "west"));
+  CHECK(s->put_pool_upstreams("m", "v2", "east", {"http://a\n/v1"}));  // refused: a line break
+  CHECK(s->pool_upstreams_of("m", "v2", "east")->size() == 2);
 
   // Limits across regions: each region's latest row per (team, model); old rows age out.
   REQUIRE_FALSE(s->put_region_use("east", {{"", "search", "m", 1500.5, 0}, {"", "batchers", "m", 0, 0}}));

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -322,4 +324,35 @@ TEST_CASE("kiln behind kiln: a client that goes away ends its upstream request; 
   }
   u1.signal(SIGCONT);
   CHECK(eventually([&] { return in_ranking(front.port(), "chat-7b-r1-r0"); }, 4s));
+}
+
+TEST_CASE("upstreams changed through the admin API are what a restarted node serves from") {
+  fake_upstream a, b;
+  char tmpl[] = "/tmp/kiln-remote-store-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  process_options opts;
+  opts.store = dir + "/kiln.db";
+  const std::string cfg = front_config({a.base_url()});
+  const std::string path = "/admin/pools/chat-7b/r1/upstreams";
+  auto list = [&](int port) { return json::parse(request(port, "GET", path, "", kAdmin).body, nullptr, false)["upstreams"]; };
+  {
+    kiln_process front(cfg, opts);
+    wait_serving(front.port(), {"chat-7b-r1-r0"});
+    REQUIRE(request(front.port(), "POST", path, json{{"url", b.base_url()}}.dump(), kAdmin).status == 201);
+    REQUIRE(request(front.port(), "DELETE", path, json{{"url", a.base_url()}}.dump(), kAdmin).status == 200);
+    CHECK(list(front.port()).size() == 1);
+  }
+  {
+    kiln_process front(cfg, opts);  // the config still names a only
+    wait_serving(front.port(), {"chat-7b-r1-r0"});
+    const json now = list(front.port());
+    REQUIRE(now.size() == 1);
+    CHECK(now[0]["url"] == b.base_url());
+    const int a_before = a.requests.load();
+    CHECK(request(front.port(), "POST", "/v1/chat/completions", chat_body("after restart", 4, false), kSearch).status == 200);
+    CHECK(a.requests.load() == a_before);
+    CHECK(b.requests.load() >= 1);
+  }
+  remove_store(opts.store);
+  std::filesystem::remove_all(dir);
 }
