@@ -338,17 +338,22 @@ std::vector<std::string> current_upstreams(const pool_state& st) {
   return urls;
 }
 
-// After a change through the admin API: the list a restart starts from.
-void save_upstreams(stateful* self) {
+// After a change through the admin API: the list a restart starts from. `answer` is what the
+// caller hears once it is stored (the change itself is in force already).
+caf::result<std::vector<std::string>> save_upstreams(stateful* self, std::vector<std::string> answer) {
   auto& st = self->state;
   const caf::actor store = caf::actor_cast<caf::actor>(self->system().registry().get(store_name));
-  if (!store) return;
+  if (!store) return answer;  // a router node apart from its control node: not kept
   const config::pool_config& p = *st.d.cfg;
+  auto rp = self->make_response_promise<std::vector<std::string>>();
   self->request(store, std::chrono::seconds(3), pool_upstreams_write{p.model, p.version, st.d.region, current_upstreams(st)})
-      .then([](bool) {},
-            [name = p.model + "@" + p.version](caf::error& e) {
+      .then([rp, answer](bool) mutable { rp.deliver(std::move(answer)); },
+            [rp, name = p.model + "@" + p.version](caf::error& e) mutable {
               std::fprintf(stderr, "kiln: pool %s: its upstreams were not stored: %s\n", name.c_str(), to_string(e).c_str());
+              rp.deliver(make_error(errc::internal, "The change is in force, but the store did not keep it (a restart "
+                                                    "would not see it): " + to_string(e)));
             });
+  return rp;
 }
 
 std::vector<std::string> upstream_lines(const pool_state& st) {
@@ -412,7 +417,7 @@ caf::result<std::vector<std::string>> change_upstreams(stateful* self, const ups
       break;
     }
   }
-  if (c.op != upstream_op::list) save_upstreams(self);
+  if (c.op != upstream_op::list) return save_upstreams(self, upstream_lines(st));
   return upstream_lines(st);
 }
 
