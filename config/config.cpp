@@ -11,8 +11,8 @@
 #include <toml++/toml.h>
 
 #include "config/db.hpp"
-#include "config/http_get.hpp"
 #include "engine/model_dir.hpp"
+#include "engine/upstream_protocol.hpp"
 
 namespace kiln::config {
 
@@ -506,9 +506,7 @@ std::string expand_home(const std::string& path) {
 }
 
 std::string upstream_url_problem(std::string_view url) {
-  std::string host, path;
-  int port = 0;
-  if (!split_http_url(url, host, port, path))
+  if (!engine::upstream::parse_endpoint(url))
     return "must be http://host:port/base (got \"" + std::string(url) + "\")";
   if (url.find_first_of(" \t\r\n?#") != std::string_view::npos)
     return "must be a plain base URL without spaces, query or fragment (got \"" + std::string(url) + "\")";

@@ -21,27 +21,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
-std::optional<endpoint> parse_endpoint(std::string_view url) {
-  constexpr std::string_view scheme = "http://";
-  if (!url.starts_with(scheme)) return std::nullopt;
-  url.remove_prefix(scheme.size());
-  endpoint e;
-  const auto slash = url.find('/');
-  const std::string_view authority = url.substr(0, slash);
-  e.base = slash == std::string_view::npos ? "" : std::string(url.substr(slash));
-  while (!e.base.empty() && e.base.back() == '/') e.base.pop_back();
-  const auto colon = authority.rfind(':');
-  e.host = std::string(authority.substr(0, colon));
-  if (colon != std::string_view::npos) {
-    const std::string digits(authority.substr(colon + 1));
-    if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-    e.port = std::stoi(digits);
-    if (e.port < 1 || e.port > 65535) return std::nullopt;
-  }
-  if (e.host.empty()) return std::nullopt;
-  return e;
-}
-
 namespace {
 
 constexpr std::size_t kMaxErrorBody = 64 * 1024;

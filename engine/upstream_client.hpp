@@ -17,14 +17,6 @@
 
 namespace kiln::engine::upstream {
 
-/// "http://host[:port][/base]" parted; nullopt when it is not one.
-struct endpoint {
-  std::string host;
-  int port = 80;
-  std::string base;  ///< the path before /chat/completions, no trailing slash ("/v1")
-};
-std::optional<endpoint> parse_endpoint(std::string_view base_url);
-
 /// How a stream ended without its [DONE].
 enum class failure : std::uint8_t {
   refused,   ///< no connection (refused, unresolvable, connect timeout): nothing was sent

@@ -10,6 +10,15 @@
 
 namespace kiln::engine::upstream {
 
+/// "http://host[:port][/base]" parted; nullopt when it is not one. The one parser of upstream
+/// URLs: the config's check and the admin API use it too (config::upstream_url_problem).
+struct endpoint {
+  std::string host;
+  int port = 80;
+  std::string base;  ///< the path before /chat/completions, no trailing slash ("/v1")
+};
+std::optional<endpoint> parse_endpoint(std::string_view base_url);
+
 /// Splits an SSE byte stream into the data of its events, however the bytes arrive.
 class sse_reader {
  public:
