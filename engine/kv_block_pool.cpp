@@ -44,17 +44,22 @@ std::vector<block_id> kv_block_pool::allocate(int n) {
   std::vector<block_id> out;
   if (n <= 0 || n > free_count_) return out;
   out.reserve(static_cast<std::size_t>(n));
+  // The blocks leave the free list first; their keys leave the index after, in the same
+  // order, once every index slot they need is on its way into the cache.
   for (int k = 0; k < n; ++k) {
     const block_id b = head_;
     unlink(b);
     block_meta& m = meta_[static_cast<std::size_t>(b)];
-    if (m.keyed) {
-      by_key_.erase(m.key);
-      m.keyed = false;
-      ++evictions_;
-    }
     m.refs = 1;
+    if (m.keyed) by_key_.prefetch(m.key);
     out.push_back(b);
+  }
+  for (block_id b : out) {
+    block_meta& m = meta_[static_cast<std::size_t>(b)];
+    if (!m.keyed) continue;
+    by_key_.erase(m.key);
+    m.keyed = false;
+    ++evictions_;
   }
   return out;
 }
@@ -83,6 +88,13 @@ void kv_block_pool::cache(block_id b, block_hash key) {
     m.key = key;
     m.keyed = true;
   }
+}
+
+void kv_block_pool::cache_all(std::span<const block_id> blocks, std::span<const block_hash> keys) {
+  const std::size_t n = std::min(blocks.size(), keys.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (!meta_[static_cast<std::size_t>(blocks[i])].keyed) by_key_.prefetch(keys[i]);
+  for (std::size_t i = 0; i < n; ++i) cache(blocks[i], keys[i]);
 }
 
 std::optional<block_id> kv_block_pool::lookup(block_hash key) const {

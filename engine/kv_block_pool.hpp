@@ -44,7 +44,11 @@ class kv_block_pool {
 
   /// Registers a full block under its chain key (first registration wins).
   void cache(block_id b, block_hash key);
+  /// cache() of each (blocks[i], keys[i]) in order; the index's cache misses overlap.
+  void cache_all(std::span<const block_id> blocks, std::span<const block_hash> keys);
   std::optional<block_id> lookup(block_hash key) const;
+  /// Starts loading what lookup(key) reads (see flat_index::prefetch).
+  void prefetch(block_hash key) const { by_key_.prefetch(key); }
   bool is_free(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs == 0; }
   int ref_count(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs; }
   std::uint64_t evictions() const { return evictions_; }

@@ -92,24 +92,37 @@ int scheduler::blocks_for_decode(int steps) const {
 void scheduler::bulk_decode(int steps, const std::function<token_id(std::size_t, int)>& token) {
   std::vector<seq_status*> order = ordered(true);
   std::vector<token_id> sampled(order.size());
+  std::vector<seq_status*> growing;
+  std::vector<block_id> full_blocks;
+  std::vector<block_hash> full_keys;
   for (int k = 0; k < steps; ++k) {
-    // schedule(): each decode takes the block it grows into, in serving order ...
-    for (seq_status* s : order) {
-      const int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size());
-      if (need <= 0) continue;
-      const auto more = pool_.allocate(need);
-      s->blocks.insert(s->blocks.end(), more.begin(), more.end());
+    // schedule(): each decode takes the block it grows into, in serving order (one
+    // allocation for the step takes the same blocks from the free list in the same order) ...
+    growing.clear();
+    for (seq_status* s : order)
+      for (int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size()); need > 0; --need)
+        growing.push_back(s);
+    if (!growing.empty()) {
+      const auto more = pool_.allocate(static_cast<int>(growing.size()));
+      for (std::size_t g = 0; g < more.size(); ++g) growing[g]->blocks.push_back(more[g]);
     }
     for (std::size_t i = 0; i < order.size(); ++i) sampled[i] = token(i, order[i]->generated);
-    // ... and update() applies the step in the same order.
+    // ... and update() applies the step in the same order; the blocks it fills are keyed
+    // together, in that order.
+    full_blocks.clear();
+    full_keys.clear();
     for (std::size_t i = 0; i < order.size(); ++i) {
       seq_status& s = *order[i];
       s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + 1);
-      publish_full_blocks(s);
+      for (std::size_t j = key_full_blocks(s); j < s.keys.size(); ++j) {
+        full_blocks.push_back(s.blocks[j]);
+        full_keys.push_back(s.keys[j]);
+      }
       s.tokens.push_back(sampled[i]);
       ++s.generated;
       if (s.generated > s.progress_mark) s.guarded = false;
     }
+    pool_.cache_all(full_blocks, full_keys);
   }
 }
 
@@ -156,16 +169,25 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   if (blocks_for(total) > pool_.capacity()) return false;  // overflowed: see schedule()
   std::vector<block_id> hits;
   std::vector<block_hash> keys;
+  // Keys a few blocks ahead of the lookups, so their index reads overlap.
+  constexpr int kAhead = 8;
+  const int full = std::max(0, (total - 1) / bs);
   block_hash parent = 0;
-  for (int i = 0; (i + 1) * bs <= total - 1; ++i) {
-    const auto block = std::span(s.tokens).subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs));
-    const block_hash key = chain_hash(parent, s.salt, block);
-    const auto hit = pool_.lookup(key);
-    if (!hit) break;
-    hits.push_back(*hit);
-    keys.push_back(key);
-    parent = key;
+  for (int from = 0; from < full && static_cast<int>(hits.size()) == from; from += kAhead) {
+    const int to = std::min(full, from + kAhead);
+    for (int i = from; i < to; ++i) {
+      const auto block = std::span(s.tokens).subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs));
+      parent = chain_hash(parent, s.salt, block);
+      keys.push_back(parent);
+      pool_.prefetch(parent);
+    }
+    for (int i = from; i < to; ++i) {
+      const auto hit = pool_.lookup(keys[static_cast<std::size_t>(i)]);
+      if (!hit) break;
+      hits.push_back(*hit);
+    }
   }
+  keys.resize(hits.size());
   const int fresh = blocks_for(total) - static_cast<int>(hits.size());
   const int hits_now_free =
       static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](block_id b) { return pool_.is_free(b); }));
@@ -247,15 +269,22 @@ step_plan scheduler::schedule() {
   return plan;
 }
 
-void scheduler::publish_full_blocks(seq_status& s) {
+std::size_t scheduler::key_full_blocks(seq_status& s) {
   const auto bs = static_cast<std::size_t>(pool_.block_size());
+  const std::size_t first = s.keys.size();
   while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed)) {
     const std::size_t i = s.keys.size();
     const block_hash parent = i == 0 ? 0 : s.keys[i - 1];
-    const block_hash key = chain_hash(parent, s.salt, std::span(s.tokens).subspan(i * bs, bs));
-    pool_.cache(s.blocks[i], key);
-    s.keys.push_back(key);
+    s.keys.push_back(chain_hash(parent, s.salt, std::span(s.tokens).subspan(i * bs, bs)));
   }
+  return first;
+}
+
+void scheduler::publish_full_blocks(seq_status& s) {
+  const std::size_t first = key_full_blocks(s);
+  const std::size_t n = s.keys.size() - first;
+  if (n == 1) pool_.cache(s.blocks[first], s.keys[first]);
+  else if (n > 1) pool_.cache_all(std::span(s.blocks).subspan(first, n), std::span(s.keys).subspan(first));
 }
 
 void scheduler::update(const step_plan& plan, std::span<const token_id> sampled) {

@@ -119,6 +119,9 @@ class scheduler {
   /// `self` may be chosen too; false if it was, or if the room cannot be made.
   bool make_room(int needed, const seq_status* self, priority lowest_victim, step_plan& plan, int& budget);
   void preempt(seq_status& v, step_plan& plan, int& budget);
+  /// Appends the keys of the blocks `computed` has filled since the last call; returns the
+  /// index of the first new one.
+  std::size_t key_full_blocks(seq_status& s);
   void publish_full_blocks(seq_status& s);
   std::vector<seq_status*> ordered(bool running);
 

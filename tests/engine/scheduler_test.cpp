@@ -301,6 +301,29 @@ TEST_CASE("kv pool: refcounts, LRU eviction of cached blocks, the null block, ru
   CHECK(pool.allocate(1).empty());
 }
 
+TEST_CASE("kv pool: keys given together are kept in order, first registration wins; one allocation evicts many") {
+  kv_block_pool pool(/*num_blocks=*/9, /*block_size=*/4);
+  auto a = pool.allocate(4);
+  REQUIRE(a.size() == 4);
+  pool.cache(a[3], 7);  // already keyed: cache_all leaves it as it is
+  const std::vector<block_hash> keys = {100, 101, 100, 103};
+  pool.cache_all(a, keys);
+  CHECK(pool.lookup(100) == a[0]);  // the first of two blocks with one key holds it
+  CHECK(pool.lookup(101) == a[1]);
+  CHECK(pool.lookup(7) == a[3]);
+  CHECK(pool.lookup(103) == std::nullopt);
+  pool.cache(a[2], 102);  // a[2] lost the race for 100, so it may take another key
+  CHECK(pool.lookup(102) == a[2]);
+  pool.release_all(a);  // free list: the 4 untouched blocks, then a[3], a[2], a[1], a[0]
+  CHECK(pool.allocate(7).size() == 7);  // every untouched block and three keyed ones at once
+  CHECK(pool.evictions() == 3);
+  CHECK(pool.lookup(7) == std::nullopt);
+  CHECK(pool.lookup(102) == std::nullopt);
+  CHECK(pool.lookup(101) == std::nullopt);
+  CHECK(pool.lookup(100) == a[0]);
+  CHECK(pool.num_free() == 1);
+}
+
 TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accounted, all finish") {
   std::mt19937 rng(1234);
   // Small step budgets make recomputes span several steps, when a guard matters most.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -167,6 +168,45 @@ TEST_CASE("arrivals: the oracle hit rate counts each request's longest prefix an
   CHECK(r.prompt_tokens == 128);
   CHECK(r.reusable_tokens == 32 + 16);
   CHECK(oracle_hit_rate({a}, 16, 32000).reusable_tokens == 0);
+}
+
+TEST_CASE("arrivals: the oracle finds prefixes that branch inside an earlier prompt, per team, as a set of prefixes would") {
+  auto req = [](std::string team, std::vector<std::uint64_t> blocks) {
+    arrival a;
+    a.team = std::move(team);
+    a.blocks = std::move(blocks);
+    a.prompt_tokens = static_cast<int>(a.blocks.size()) * 16 + 1;  // one token past its full blocks
+    return a;
+  };
+  // b leaves a inside it; c follows b's branch one block further; d branches where b did,
+  // elsewhere; e is another team's copy of a (nothing shared across teams).
+  const std::vector<arrival> v = {req("t", {1, 2, 3, 4}), req("t", {1, 2, 5, 6}), req("t", {1, 2, 5, 7}),
+                                  req("t", {1, 2, 8}), req("u", {1, 2, 3, 4}), req("t", {1, 2, 3, 4, 9})};
+  CHECK(oracle_hit_rate(v, 16, 32000).reusable_tokens == 16 * (0 + 2 + 3 + 2 + 0 + 4));
+
+  // Against a plain set of every prefix seen, on prompts that share openings at random.
+  std::uint64_t x = 7;
+  auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull; };
+  std::vector<arrival> rnd;
+  for (int i = 0; i < 400; ++i) {
+    std::vector<std::uint64_t> blocks;
+    const int len = 1 + static_cast<int>(next() >> 61);  // 1..8 blocks
+    for (int k = 0; k < len; ++k) blocks.push_back((next() >> 62) + (k > 3 ? next() % 3 : 0));  // few names: many shared
+    rnd.push_back(req(next() >> 63 ? "t" : "u", blocks));
+  }
+  std::set<std::pair<std::string, std::vector<std::uint64_t>>> seen;
+  std::int64_t expected = 0;
+  for (const auto& a : rnd) {
+    std::size_t known = 0;
+    while (known < a.blocks.size() &&
+           seen.count({a.team, std::vector<std::uint64_t>(a.blocks.begin(), a.blocks.begin() + static_cast<long>(known) + 1)}))
+      ++known;
+    expected += static_cast<std::int64_t>(known) * 16;
+    for (std::size_t k = 1; k <= a.blocks.size(); ++k)
+      seen.insert({a.team, std::vector<std::uint64_t>(a.blocks.begin(), a.blocks.begin() + static_cast<long>(k))});
+  }
+  CHECK(expected > 0);
+  CHECK(oracle_hit_rate(rnd, 16, 32000).reusable_tokens == expected);
 }
 
 TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines name their place") {
