@@ -12,6 +12,19 @@ namespace kiln::engine {
 
 using kernels::reference::mix64;
 
+namespace {
+
+/// The scheduler's copy of a prompt, with room for the answer's tokens (up to a bound), so
+/// decoding does not move the whole sequence when it first grows.
+std::vector<token_id> with_room(const std::vector<token_id>& prompt, int max_tokens) {
+  std::vector<token_id> v;
+  v.reserve(prompt.size() + static_cast<std::size_t>(std::clamp(max_tokens, 0, 4096)));
+  v.assign(prompt.begin(), prompt.end());
+  return v;
+}
+
+}  // namespace
+
 engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_ptr<executor> exec,
                          std::shared_ptr<const tokenizer> tok, std::uint64_t salt)
     : sched_(limits, kv.num_blocks, kv.block_size), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
@@ -23,7 +36,8 @@ bool engine_core::add(engine_request req) {
     // The worker reads the scheduler now: the sequence joins it when the step ends.
     if (!sched_.can_ever_fit(static_cast<int>(req.prompt.size()))) return false;
     deferred_adds_.push_back(req);
-  } else if (!sched_.add(req.id, req.prio, req.prompt, req.sampling.max_tokens, req.cache_salt)) {
+  } else if (!sched_.add(req.id, req.prio, with_room(req.prompt, req.sampling.max_tokens), req.sampling.max_tokens,
+                         req.cache_salt)) {
     return false;
   }
   sequence s;
@@ -49,7 +63,7 @@ bool engine_core::cancel(seq_id id) {
 void engine_core::apply_deferred() {
   for (seq_id id : std::exchange(deferred_removes_, {})) sched_.remove(id);
   for (auto& r : std::exchange(deferred_adds_, {}))
-    if (seqs_.count(r.id)) sched_.add(r.id, r.prio, std::move(r.prompt), r.sampling.max_tokens, r.cache_salt);
+    if (seqs_.count(r.id)) sched_.add(r.id, r.prio, with_room(r.prompt, r.sampling.max_tokens), r.sampling.max_tokens, r.cache_salt);
 }
 
 std::size_t safe_emit_end(const std::string& text, std::size_t from,

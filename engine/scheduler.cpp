@@ -11,9 +11,29 @@ int scheduler::blocks_for(int tokens) const {
   return (tokens + pool_.block_size() - 1) / pool_.block_size();
 }
 
+namespace {
+
+// Running: tier, then admission order. Waiting: tier, then arrival.
+bool runs_before(const seq_status* a, const seq_status* b) {
+  return a->prio != b->prio ? a->prio < b->prio : a->admitted_at < b->admitted_at;
+}
+bool waits_before(const seq_status* a, const seq_status* b) {
+  return a->prio != b->prio ? a->prio < b->prio : a->arrival < b->arrival;
+}
+
+void enter(std::vector<seq_status*>& order, seq_status* s, bool (*before)(const seq_status*, const seq_status*)) {
+  order.insert(std::upper_bound(order.begin(), order.end(), s, before), s);
+}
+void leave(std::vector<seq_status*>& order, const seq_status* s) {
+  if (auto it = std::find(order.begin(), order.end(), s); it != order.end()) order.erase(it);
+}
+
+}  // namespace
+
 bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int max_tokens, std::uint64_t salt) {
   if (!can_ever_fit(static_cast<int>(prompt.size()))) return false;
-  seq_status s;
+  remove(id);  // a reused id replaces what it named
+  seq_status& s = seqs_[id];
   s.id = id;
   s.prio = prio;
   s.prompt_len = static_cast<int>(prompt.size());
@@ -21,14 +41,14 @@ bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int 
   s.max_tokens = std::max(1, max_tokens);
   s.salt = salt;
   s.arrival = next_arrival_++;
-  seqs_[id] = std::move(s);
+  enter(waiting_, &s, waits_before);
   return true;
 }
 
 bool scheduler::remove(seq_id id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
-  if (it->second.running) --running_count_;
+  leave(it->second.running ? running_ : waiting_, &it->second);
   pool_.release_all(it->second.blocks);
   seqs_.erase(it);
   return true;
@@ -45,47 +65,23 @@ std::int64_t scheduler::tokens_in_flight() const {
   return n;
 }
 
-namespace {
-
-// Running: tier, then admission order. Waiting: tier, then arrival.
-template <class Ptr>
-void rank(std::vector<Ptr>& v, bool running) {
-  std::sort(v.begin(), v.end(), [running](Ptr a, Ptr b) {
-    if (a->prio != b->prio) return a->prio < b->prio;
-    return running ? a->admitted_at < b->admitted_at : a->arrival < b->arrival;
-  });
-}
-
-}  // namespace
-
-std::vector<seq_status*> scheduler::ordered(bool running) {
-  std::vector<seq_status*> out;
-  for (auto& [id, s] : seqs_)
-    if (s.running == running) out.push_back(&s);
-  rank(out, running);
-  return out;
-}
+std::vector<seq_status*> scheduler::ordered(bool running) { return running ? running_ : waiting_; }
 
 std::vector<const seq_status*> scheduler::running_in_order() const {
-  std::vector<const seq_status*> out;
-  out.reserve(static_cast<std::size_t>(running_count_));
-  for (const auto& [id, s] : seqs_)
-    if (s.running) out.push_back(&s);
-  rank(out, true);
-  return out;
+  return std::vector<const seq_status*>(running_.begin(), running_.end());
 }
 
 bool scheduler::steady_decode() const {
-  if (running_count_ == 0 || waiting() != 0 || running_count_ > limits_.max_tokens_per_step) return false;
-  for (const auto& [id, s] : seqs_)
-    if (s.computed < s.prompt_len || s.computed + 1 != static_cast<int>(s.tokens.size())) return false;
+  if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return false;
+  for (const seq_status* s : running_)
+    if (s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) return false;
   return true;
 }
 
 int scheduler::blocks_for_decode(int steps) const {
   int n = 0;
-  for (const auto& [id, s] : seqs_)
-    if (s.running) n += std::max(0, blocks_for(s.computed + steps) - static_cast<int>(s.blocks.size()));
+  for (const seq_status* s : running_)
+    n += std::max(0, blocks_for(s->computed + steps) - static_cast<int>(s->blocks.size()));
   return n;
 }
 
@@ -140,21 +136,21 @@ void scheduler::preempt(seq_status& v, step_plan& plan, int& budget) {
   v.keys.clear();
   v.computed = 0;
   v.running = false;
+  leave(running_, &v);
+  enter(waiting_, &v, waits_before);
   v.guarded = true;
   v.progress_mark = v.generated;
   ++v.preemptions;
-  --running_count_;
   ++preemptions_;
 }
 
 bool scheduler::make_room(int needed, const seq_status* self, priority lowest_victim, step_plan& plan, int& budget) {
   while (pool_.num_free() < needed) {
+    // The last running sequence in serving order that may be preempted: lowest tier, latest
+    // admitted.
     seq_status* victim = nullptr;
-    for (auto& [id, s] : seqs_) {
-      if (!s.running || s.guarded || s.prio < lowest_victim) continue;
-      if (!victim || s.prio > victim->prio || (s.prio == victim->prio && s.admitted_at > victim->admitted_at))
-        victim = &s;
-    }
+    for (auto it = running_.rbegin(); it != running_.rend() && !victim; ++it)
+      if (!(*it)->guarded && (*it)->prio >= lowest_victim) victim = *it;
     if (!victim) return false;
     preempt(*victim, plan, budget);
     if (victim == self) return false;
@@ -192,7 +188,7 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   const int hits_now_free =
       static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](block_id b) { return pool_.is_free(b); }));
   // The reserve keeps room for running sequences to grow; with none running it protects nothing.
-  const int needed = fresh + hits_now_free + (running_count_ > 0 ? limits_.kv_reserve_blocks : 0);
+  const int needed = fresh + hits_now_free + (!running_.empty() ? limits_.kv_reserve_blocks : 0);
   if (pool_.num_free() < needed) {
     // An interactive sequence may take room from running batch work; nothing else may.
     if (s.prio != priority::interactive || !make_room(needed, nullptr, priority::batch, plan, budget)) return false;
@@ -207,7 +203,8 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   s.admitted_once = true;
   s.running = true;
   s.admitted_at = next_admission_++;
-  ++running_count_;
+  leave(waiting_, &s);
+  enter(running_, &s, runs_before);
   return true;
 }
 
@@ -249,13 +246,13 @@ step_plan scheduler::schedule() {
       continue;
     }
     if (budget == 0) break;
-    if (running_count_ >= limits_.max_running) {
+    if (static_cast<int>(running_.size()) >= limits_.max_running) {
       if (s->prio != priority::interactive) break;
-      // A full batch admits an interactive sequence in place of running batch work.
+      // A full batch admits an interactive sequence in place of running batch work: the
+      // latest admitted batch sequence.
       seq_status* victim = nullptr;
-      for (auto& [id, r] : seqs_)
-        if (r.running && !r.guarded && r.prio == priority::batch && (!victim || r.admitted_at > victim->admitted_at))
-          victim = &r;
+      for (auto it = running_.rbegin(); it != running_.rend() && !victim; ++it)
+        if (!(*it)->guarded && (*it)->prio == priority::batch) victim = *it;
       if (!victim) break;
       preempt(*victim, plan, budget);
     }

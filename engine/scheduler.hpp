@@ -86,8 +86,8 @@ class scheduler {
   /// them (finish "length") and removes them. Emptied by the call.
   std::vector<seq_id> take_overflowed() { return std::exchange(overflowed_, {}); }
 
-  int running() const { return running_count_; }
-  int waiting() const { return static_cast<int>(seqs_.size()) - running_count_; }
+  int running() const { return static_cast<int>(running_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
   /// Prompt plus remaining output tokens of every sequence held (the router's load measure).
   std::int64_t tokens_in_flight() const;
   std::uint64_t preemptions() const { return preemptions_; }
@@ -127,8 +127,9 @@ class scheduler {
 
   scheduler_limits limits_;
   kv_block_pool pool_;
-  std::map<seq_id, seq_status> seqs_;
-  int running_count_ = 0;
+  std::map<seq_id, seq_status> seqs_;  ///< node-based: the orders below point into it
+  std::vector<seq_status*> running_;   ///< in serving order: tier, then admission
+  std::vector<seq_status*> waiting_;   ///< in admission order: tier, then arrival
   std::uint64_t next_arrival_ = 0;
   std::uint64_t next_admission_ = 0;
   std::uint64_t preemptions_ = 0;
