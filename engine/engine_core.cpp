@@ -269,23 +269,29 @@ step_result engine_core::coast(int steps) {
   step_result result;
   const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
   if (!sim || steps <= 0) return result;
+  // The batch in serving order (bulk_decode's order too); neither side's entries move or
+  // go until the loop below removes the finished ones.
   const auto order = sched_.running_in_order();
-  std::vector<seq_id> ids;
+  std::vector<sequence*> batch;
   std::vector<std::uint64_t> seeds;
+  batch.reserve(order.size());
+  seeds.reserve(order.size());
   for (const seq_status* st : order) {
-    ids.push_back(st->id);
-    seeds.push_back(seqs_.at(st->id).answer_seed);
+    batch.push_back(&seqs_.at(st->id));
+    seeds.push_back(batch.back()->answer_seed);
   }
-  sched_.bulk_decode(steps, [&](std::size_t i, int position) { return sim->token_at(seeds[i], position); });
-  result.batch_size = static_cast<int>(ids.size());
-  for (seq_id id : ids) {
-    sequence& s = seqs_.at(id);
+  sched_.bulk_decode(steps, [&](std::size_t i, int first, std::span<token_id> out) { sim->tokens_at(seeds[i], first, out); });
+  result.batch_size = static_cast<int>(batch.size());
+  result.outputs.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    sequence& s = *batch[i];
+    const seq_status* st = order[i];
+    const seq_id id = st->id;
     s.generated += steps;
     seq_output out;
     out.id = id;
     out.new_tokens = steps;
-    const seq_status* st = sched_.find(id);
-    if (st && !st->tokens.empty() && st->tokens.back() == tok_->eos()) out.finish = finish_reason::stop;
+    if (!st->tokens.empty() && st->tokens.back() == tok_->eos()) out.finish = finish_reason::stop;
     else if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
     if (out.finish != finish_reason::none) {  // what the text held back goes with the end
       out.text = s.text.substr(s.emitted);

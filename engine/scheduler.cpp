@@ -85,40 +85,51 @@ int scheduler::blocks_for_decode(int steps) const {
   return n;
 }
 
-void scheduler::bulk_decode(int steps, const std::function<token_id(std::size_t, int)>& token) {
-  std::vector<seq_status*> order = ordered(true);
-  std::vector<token_id> sampled(order.size());
+void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
+  const std::vector<seq_status*> order = running_;
+  const auto n = order.size();
+  const int bs = pool_.block_size();
+  // Each sequence's tokens for a stretch of steps, made ahead of those steps (they are pure
+  // functions of the sequence and position); the stretch bounds the buffer.
+  constexpr int kStretch = 64;
+  std::vector<token_id> sampled;
   std::vector<seq_status*> growing;
   std::vector<block_id> full_blocks;
   std::vector<block_hash> full_keys;
-  for (int k = 0; k < steps; ++k) {
-    // schedule(): each decode takes the block it grows into, in serving order (one
-    // allocation for the step takes the same blocks from the free list in the same order) ...
-    growing.clear();
-    for (seq_status* s : order)
-      for (int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size()); need > 0; --need)
-        growing.push_back(s);
-    if (!growing.empty()) {
-      const auto more = pool_.allocate(static_cast<int>(growing.size()));
-      for (std::size_t g = 0; g < more.size(); ++g) growing[g]->blocks.push_back(more[g]);
-    }
-    for (std::size_t i = 0; i < order.size(); ++i) sampled[i] = token(i, order[i]->generated);
-    // ... and update() applies the step in the same order; the blocks it fills are keyed
-    // together, in that order.
-    full_blocks.clear();
-    full_keys.clear();
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      seq_status& s = *order[i];
-      s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + 1);
-      for (std::size_t j = key_full_blocks(s); j < s.keys.size(); ++j) {
-        full_blocks.push_back(s.blocks[j]);
-        full_keys.push_back(s.keys[j]);
+  for (int from = 0; from < steps; from += kStretch) {
+    const int len = std::min(kStretch, steps - from);
+    sampled.resize(n * static_cast<std::size_t>(len));
+    for (std::size_t i = 0; i < n; ++i)
+      tokens(i, order[i]->generated, std::span(sampled).subspan(i * static_cast<std::size_t>(len), static_cast<std::size_t>(len)));
+    for (int k = 0; k < len; ++k) {
+      // schedule(): each decode takes the block it grows into, in serving order (one
+      // allocation for the step takes the same blocks from the free list in the same order) ...
+      growing.clear();
+      for (seq_status* s : order)
+        for (int room = static_cast<int>(s->blocks.size()) * bs; room < s->computed + 1; room += bs) growing.push_back(s);
+      if (!growing.empty()) {
+        const auto more = pool_.allocate(static_cast<int>(growing.size()));
+        for (std::size_t g = 0; g < more.size(); ++g) growing[g]->blocks.push_back(more[g]);
       }
-      s.tokens.push_back(sampled[i]);
-      ++s.generated;
-      if (s.generated > s.progress_mark) s.guarded = false;
+      // ... and update() applies the step in the same order; the blocks it fills are keyed
+      // together, in that order.
+      full_blocks.clear();
+      full_keys.clear();
+      for (std::size_t i = 0; i < n; ++i) {
+        seq_status& s = *order[i];
+        s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + 1);
+        if ((s.keys.size() + 1) * static_cast<std::size_t>(bs) <= static_cast<std::size_t>(s.computed)) {
+          for (std::size_t j = key_full_blocks(s); j < s.keys.size(); ++j) {
+            full_blocks.push_back(s.blocks[j]);
+            full_keys.push_back(s.keys[j]);
+          }
+        }
+        s.tokens.push_back(sampled[i * static_cast<std::size_t>(len) + static_cast<std::size_t>(k)]);
+        ++s.generated;
+        if (s.generated > s.progress_mark) s.guarded = false;
+      }
+      if (!full_blocks.empty()) pool_.cache_all(full_blocks, full_keys);
     }
-    pool_.cache_all(full_blocks, full_keys);
   }
 }
 

@@ -103,11 +103,13 @@ class scheduler {
   bool steady_decode() const;
   /// Blocks that `steps` more decodes of every running sequence take from the pool.
   int blocks_for_decode(int steps) const;
-  /// Runs `steps` decode steps exactly as schedule() and update() would. Each step's token of
-  /// the i-th sequence of running_in_order() is `token(i, its tokens generated so far)`. Only
-  /// while steady_decode() holds, with blocks_for_decode(steps) blocks free (nothing is
-  /// preempted).
-  void bulk_decode(int steps, const std::function<token_id(std::size_t, int)>& token);
+  /// Fills `out` with a running sequence's next tokens: the i-th of running_in_order(), from
+  /// the position given by its tokens generated so far.
+  using token_run_fn = std::function<void(std::size_t i, int first_position, std::span<token_id> out)>;
+  /// Runs `steps` decode steps exactly as schedule() and update() would, each sequence's
+  /// tokens given by `tokens`. Only while steady_decode() holds, with blocks_for_decode(steps)
+  /// blocks free (nothing is preempted).
+  void bulk_decode(int steps, const token_run_fn& tokens);
   const scheduler_limits& limits() const { return limits_; }
   const kv_block_pool& pool() const { return pool_; }
 

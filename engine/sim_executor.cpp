@@ -31,10 +31,24 @@ int sim_executor::natural_length(std::uint64_t answer_seed) const {
 }
 
 token_id sim_executor::token_at(std::uint64_t answer_seed, int position) const {
-  if (position >= natural_length(answer_seed)) return eos_;
-  const std::uint64_t r = mix64(answer_seed ^ mix64(static_cast<std::uint64_t>(position) + 1));
-  // Any vocabulary token but eos (ids 1 .. vocab-1).
-  return 1 + static_cast<token_id>(r % static_cast<std::uint64_t>(vocab_size_ - 1));
+  token_id t = eos_;
+  tokens_at(answer_seed, position, std::span(&t, 1));
+  return t;
+}
+
+void sim_executor::tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out) const {
+  const int natural = natural_length(answer_seed);
+  const auto span = static_cast<std::uint64_t>(vocab_size_ - 1);
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const int position = first + static_cast<int>(k);
+    if (position >= natural) {
+      out[k] = eos_;
+      continue;
+    }
+    const std::uint64_t r = mix64(answer_seed ^ mix64(static_cast<std::uint64_t>(position) + 1));
+    // Any vocabulary token but eos (ids 1 .. vocab-1).
+    out[k] = 1 + static_cast<token_id>(r % span);
+  }
 }
 
 logprob_row sim_executor::modelled_logprobs(std::uint64_t seed, token_id token, int top) const {

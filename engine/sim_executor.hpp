@@ -2,6 +2,8 @@
 // Sim executor: no math. Step latency from the roofline cost model; token ids from a
 // deterministic generator of the prompt and the request's seed (never of the replica or the
 // request id, so a retried request gets the same answer), ending with eos at a seeded length.
+#include <span>
+
 #include "engine/cost_model.hpp"
 #include "engine/executor.hpp"
 
@@ -24,6 +26,8 @@ class sim_executor final : public executor {
   int natural_length(std::uint64_t answer_seed) const;
   /// The token at `position` of the answer (eos from its natural length on).
   token_id token_at(std::uint64_t answer_seed, int position) const;
+  /// token_at() for positions `first`, `first` + 1, ... into `out`.
+  void tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out) const;
   /// A modelled distribution at a position, `seed` fixing it: `token` is the most likely one
   /// (probability 0.34-0.99), then `top` - 1 other tokens at half the remaining mass each.
   logprob_row modelled_logprobs(std::uint64_t seed, token_id token, int top) const;
