@@ -1,15 +1,14 @@
 #pragma once
-// Paged KV cache bookkeeping: fixed-size blocks with reference counts, a free list kept in
+// Paged KV cache bookkeeping: fixed-size blocks with reference counts, free blocks kept in
 // eviction order (least recently released first), a permanent null block 0, and the prefix
 // cache: full blocks keyed by a chained hash so a later prompt with the same opening shares
 // them by reference. Running out is an ordinary empty return, never an exception.
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
-#include "engine/flat_index.hpp"
+#include "engine/tagged_index.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::engine {
@@ -18,7 +17,7 @@ using block_id = std::int32_t;
 using block_hash = std::uint64_t;
 
 /// Key of a full block: its parent's key, the block's tokens and the team salt. The salt
-/// keeps every team's blocks apart, so no block is ever shared across teams.
+/// keeps every team's blocks apart, so no block is ever shared across teams. Never 0.
 block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens);
 
 class kv_block_pool {
@@ -34,10 +33,10 @@ class kv_block_pool {
   /// n blocks with one reference each, evicting the least recently used cached blocks as
   /// needed; empty when fewer than n are free (then nothing is taken).
   std::vector<block_id> allocate(int n);
-  /// Takes one more reference (a prefix hit); a free cached block leaves the free list.
+  /// Takes one more reference (a prefix hit); a free cached block stops being free.
   void ref(block_id b);
-  /// Drops a reference; at zero the block joins the free list's most-recent end, keeping
-  /// its cache key until it is evicted.
+  /// Drops a reference; at zero the block becomes the most recently freed, keeping its
+  /// cache key until it is evicted.
   void release(block_id b);
   /// Releases a block table, last block first, so a table's tail is evicted before its head.
   void release_all(std::span<const block_id> blocks);
@@ -47,29 +46,33 @@ class kv_block_pool {
   /// cache() of each (blocks[i], keys[i]) in order; the index's cache misses overlap.
   void cache_all(std::span<const block_id> blocks, std::span<const block_hash> keys);
   std::optional<block_id> lookup(block_hash key) const;
-  /// Starts loading what lookup(key) reads (see flat_index::prefetch).
+  /// Starts loading what lookup(key) reads (see tagged_index::prefetch).
   void prefetch(block_hash key) const { by_key_.prefetch(key); }
   bool is_free(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs == 0; }
   int ref_count(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs; }
   std::uint64_t evictions() const { return evictions_; }
 
  private:
-  void unlink(block_id b);
-  void push_back(block_id b);
-
-  /// One block's bookkeeping in one place, so touching a block costs one cache line.
+  /// One block's bookkeeping in 16 bytes, so touching a block costs one cache line.
   struct block_meta {
-    block_hash key = 0;       ///< its cache key, when `keyed`
-    int refs = 0;
-    block_id prev = -1, next = -1;  ///< free list links; -1 = none
-    bool keyed = false;
+    block_hash key = 0;      ///< its cache key; 0: none
+    std::int32_t refs = 0;
+    std::uint32_t spot = 0;  ///< while free: its place in the free ring (low 32 bits)
   };
+  void push_free(block_id b);
+  void compact_ring();
+  block_hash key_of(std::int32_t b) const { return meta_[static_cast<std::size_t>(b)].key; }
 
   int block_size_;
   std::vector<block_meta> meta_;
-  block_id head_ = -1, tail_ = -1;             ///< head: evicted first
+  /// Free blocks in the order they were freed, read from `head_`: an entry whose block was
+  /// taken back (a prefix hit) or freed again later is stale and skipped. Reading and
+  /// writing it in order touches memory in order, where a linked list would touch two
+  /// other blocks for every change.
+  std::vector<block_id> ring_;
+  std::uint64_t head_ = 0, tail_ = 0;
   int free_count_ = 0;
-  flat_index by_key_;  ///< cached blocks by chain key (at most one key per block)
+  tagged_index by_key_;  ///< cached blocks by chain key (at most one key per block)
   std::uint64_t evictions_ = 0;
 };
 
