@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-#include "engine/flat_index.hpp"
+#include "engine/tagged_index.hpp"
 #include "sim/traces.hpp"
 
 namespace kiln::sim {
@@ -253,16 +253,29 @@ namespace {
 
 /// Every prompt seen so far as a tree of runs of block names: a prompt that leaves the tree
 /// adds one run (its new blocks, stored in a row) hung from where it left; only the places
-/// where a run hangs are in a hash index. A lookup walks runs in order, so the oracle touches
+/// where a run hangs are in a hash index (keyed by the run above, the place and the first
+/// block). A lookup walks runs in order, so the oracle touches
 /// memory once per branch instead of once per block.
 class prompt_tree {
+  struct run {
+    std::size_t start = 0;  ///< its first name in names_
+    std::size_t len = 0;
+    std::uint64_t key = 0;  ///< where it hangs: its key in branches_
+  };
+  /// A run's key by its id, as the index confirms a match.
+  struct run_keys {
+    const std::vector<run>* runs;
+    std::uint64_t operator()(std::int32_t id) const { return (*runs)[static_cast<std::size_t>(id)].key; }
+  };
+  run_keys key_of() const { return {&runs_}; }
+
  public:
   explicit prompt_tree(std::size_t expected_blocks) : branches_(1u << 12) { names_.reserve(expected_blocks); }
 
   /// The run of a team's prompts (an empty run: every prompt of the team hangs from it).
   std::int32_t root(std::uint64_t team) {
     const std::uint64_t key = mix(team, 0x7EA77EA7ull);
-    if (auto r = branches_.find(key)) return *r;
+    if (auto r = branches_.find(key, key_of())) return *r;
     return add_run(key, 0);
   }
 
@@ -278,7 +291,7 @@ class prompt_tree {
         continue;
       }
       // The run ends or turns elsewhere here: a run hung here beginning with this block?
-      const auto child = branches_.find(branch_key(at, pos, blocks[i]));
+      const auto child = branches_.find(branch_key(at, pos, blocks[i]), key_of());
       if (!child) break;
       at = *child;
       pos = 1;
@@ -293,23 +306,19 @@ class prompt_tree {
   }
 
  private:
-  struct run {
-    std::size_t start = 0;  ///< its first name in names_
-    std::size_t len = 0;
-  };
   static std::uint64_t branch_key(std::int32_t run_id, std::size_t pos, std::uint64_t name) {
     return mix(mix(static_cast<std::uint64_t>(run_id), pos), name);
   }
   std::int32_t add_run(std::uint64_t key, std::size_t len) {
     const auto id = static_cast<std::int32_t>(runs_.size());
-    runs_.push_back({names_.size(), len});
-    branches_.insert(key, id);
+    runs_.push_back({names_.size(), len, key});
+    branches_.insert(key, id, key_of());
     return id;
   }
 
   std::vector<std::uint64_t> names_;
   std::vector<run> runs_;
-  engine::flat_index branches_;
+  engine::tagged_index branches_;
 };
 
 }  // namespace
