@@ -241,7 +241,7 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
   // Steps until the first sequence ends: by its length limit or its answer's eos.
   int steps = max_steps;
   std::int64_t kv = 0;
-  const auto order = sched_.running_in_order();
+  const auto order = sched_.running_view();
   for (const seq_status* st : order) {
     auto it = seqs_.find(st->id);
     if (it == seqs_.end() || !it->second.req.sampling.stop.empty() || it->second.req.sampling.logprobs >= 0) return {};
@@ -271,11 +271,11 @@ step_result engine_core::coast(int steps) {
   if (!sim || steps <= 0) return result;
   // The batch in serving order (bulk_decode's order too); neither side's entries move or
   // go until the loop below removes the finished ones.
-  const auto order = sched_.running_in_order();
-  std::vector<sequence*> batch;
-  std::vector<std::uint64_t> seeds;
-  batch.reserve(order.size());
-  seeds.reserve(order.size());
+  const auto view = sched_.running_view();
+  auto& [order, batch, seeds] = coast_;  // kept between coasts: no allocation per coast
+  order.assign(view.begin(), view.end());
+  batch.clear();
+  seeds.clear();
   for (const seq_status* st : order) {
     batch.push_back(&seqs_.at(st->id));
     seeds.push_back(batch.back()->answer_seed);

@@ -117,7 +117,15 @@ class engine_core {
   seq_output cut_short(sequence& s);
   engine::usage usage_of(const sequence& s) const;
 
+  /// coast()'s working buffers: the batch in serving order, its sequences, their seeds.
+  struct coast_scratch {
+    std::vector<const seq_status*> order;
+    std::vector<sequence*> batch;
+    std::vector<std::uint64_t> seeds;
+  };
+
   scheduler sched_;
+  coast_scratch coast_;
   std::unique_ptr<executor> exec_;
   std::shared_ptr<const tokenizer> tok_;
   std::uint64_t salt_;

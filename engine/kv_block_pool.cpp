@@ -49,12 +49,18 @@ void kv_block_pool::compact_ring() {
 
 std::vector<block_id> kv_block_pool::allocate(int n) {
   std::vector<block_id> out;
-  if (n <= 0 || n > free_count_) return out;
-  out.reserve(static_cast<std::size_t>(n));
+  allocate_into(n, out);
+  return out;
+}
+
+bool kv_block_pool::allocate_into(int n, std::vector<block_id>& out) {
+  if (n <= 0 || n > free_count_) return n == 0;
+  const std::size_t first = out.size();
+  out.reserve(first + static_cast<std::size_t>(n));
   // The blocks leave the ring first; their keys leave the index after, in the same order,
   // once every index slot they need is on its way into the cache.
   const std::uint64_t mask = ring_.size() - 1;
-  while (static_cast<int>(out.size()) < n) {
+  while (out.size() - first < static_cast<std::size_t>(n)) {
     const std::uint64_t at = head_++;
     const block_id b = ring_[at & mask];
     block_meta& m = meta_[static_cast<std::size_t>(b)];
@@ -64,15 +70,18 @@ std::vector<block_id> kv_block_pool::allocate(int n) {
     if (m.key != 0) by_key_.prefetch(m.key);
     out.push_back(b);
   }
+  // The records of the blocks the next allocation will look at, ahead of it.
+  for (std::uint64_t at = head_; at < std::min(tail_, head_ + 4); ++at)
+    __builtin_prefetch(&meta_[static_cast<std::size_t>(ring_[at & mask])], 1);
   const auto key_of = [this](std::int32_t v) { return this->key_of(v); };
-  for (block_id b : out) {
-    block_meta& m = meta_[static_cast<std::size_t>(b)];
+  for (std::size_t i = first; i < out.size(); ++i) {
+    block_meta& m = meta_[static_cast<std::size_t>(out[i])];
     if (m.key == 0) continue;
     by_key_.erase(m.key, key_of);
     m.key = 0;
     ++evictions_;
   }
-  return out;
+  return true;
 }
 
 void kv_block_pool::ref(block_id b) {

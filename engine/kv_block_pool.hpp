@@ -33,6 +33,9 @@ class kv_block_pool {
   /// n blocks with one reference each, evicting the least recently used cached blocks as
   /// needed; empty when fewer than n are free (then nothing is taken).
   std::vector<block_id> allocate(int n);
+  /// allocate() appending to `out` (whose room a caller may keep between calls); false and
+  /// nothing taken when fewer than n are free.
+  bool allocate_into(int n, std::vector<block_id>& out);
   /// Takes one more reference (a prefix hit); a free cached block stops being free.
   void ref(block_id b);
   /// Drops a reference; at zero the block becomes the most recently freed, keeping its

@@ -86,29 +86,43 @@ int scheduler::blocks_for_decode(int steps) const {
 }
 
 void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
-  const std::vector<seq_status*> order = running_;
+  // Nothing joins or leaves the batch until the coast ends, so its order is read in place.
+  const std::vector<seq_status*>& order = running_;
   const auto n = order.size();
-  const int bs = pool_.block_size();
-  // Each sequence's tokens for a stretch of steps, made ahead of those steps (they are pure
-  // functions of the sequence and position); the stretch bounds the buffer.
+  const auto bs = static_cast<std::size_t>(pool_.block_size());
+  // A stretch of steps at a time: each sequence's tokens for it are made first (pure
+  // functions of the sequence and position; in steady decode a step computes exactly the
+  // token before the one it samples, so tokens past `computed` change nothing), and with
+  // them the keys of the blocks the stretch fills, whose index slots are then fetched
+  // together. The steps themselves run in the order schedule() and update() would.
   constexpr int kStretch = 64;
-  std::vector<token_id> sampled;
-  std::vector<seq_status*> growing;
-  std::vector<block_id> full_blocks;
-  std::vector<block_hash> full_keys;
+  auto& [growing, more, full_blocks, full_keys, ahead, next_ahead] = bulk_;  // kept: no allocation per step
+  next_ahead.resize(n);
   for (int from = 0; from < steps; from += kStretch) {
     const int len = std::min(kStretch, steps - from);
-    sampled.resize(n * static_cast<std::size_t>(len));
-    for (std::size_t i = 0; i < n; ++i)
-      tokens(i, order[i]->generated, std::span(sampled).subspan(i * static_cast<std::size_t>(len), static_cast<std::size_t>(len)));
+    ahead.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      seq_status& s = *order[i];
+      const std::size_t had = s.tokens.size();
+      s.tokens.resize(had + static_cast<std::size_t>(len));
+      tokens(i, s.generated, std::span(s.tokens).subspan(had));
+      next_ahead[i] = ahead.size();
+      block_hash parent = s.keys.empty() ? 0 : s.keys.back();
+      for (std::size_t j = s.keys.size(); (j + 1) * bs <= static_cast<std::size_t>(s.computed + len); ++j) {
+        parent = chain_hash(parent, s.salt, std::span(s.tokens).subspan(j * bs, bs));
+        ahead.push_back(parent);
+        pool_.prefetch(parent);
+      }
+    }
     for (int k = 0; k < len; ++k) {
       // schedule(): each decode takes the block it grows into, in serving order (one
       // allocation for the step takes the same blocks from the free list in the same order) ...
       growing.clear();
       for (seq_status* s : order)
-        for (int room = static_cast<int>(s->blocks.size()) * bs; room < s->computed + 1; room += bs) growing.push_back(s);
+        for (auto room = s->blocks.size() * bs; room < static_cast<std::size_t>(s->computed) + 1; room += bs) growing.push_back(s);
       if (!growing.empty()) {
-        const auto more = pool_.allocate(static_cast<int>(growing.size()));
+        more.clear();
+        pool_.allocate_into(static_cast<int>(growing.size()), more);
         for (std::size_t g = 0; g < more.size(); ++g) growing[g]->blocks.push_back(more[g]);
       }
       // ... and update() applies the step in the same order; the blocks it fills are keyed
@@ -117,14 +131,12 @@ void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
       full_keys.clear();
       for (std::size_t i = 0; i < n; ++i) {
         seq_status& s = *order[i];
-        s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + 1);
-        if ((s.keys.size() + 1) * static_cast<std::size_t>(bs) <= static_cast<std::size_t>(s.computed)) {
-          for (std::size_t j = key_full_blocks(s); j < s.keys.size(); ++j) {
-            full_blocks.push_back(s.blocks[j]);
-            full_keys.push_back(s.keys[j]);
-          }
+        ++s.computed;
+        while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed)) {
+          full_blocks.push_back(s.blocks[s.keys.size()]);
+          s.keys.push_back(ahead[next_ahead[i]++]);
+          full_keys.push_back(s.keys.back());
         }
-        s.tokens.push_back(sampled[i * static_cast<std::size_t>(len) + static_cast<std::size_t>(k)]);
         ++s.generated;
         if (s.generated > s.progress_mark) s.guarded = false;
       }
@@ -205,9 +217,8 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
     if (s.prio != priority::interactive || !make_room(needed, nullptr, priority::batch, plan, budget)) return false;
   }
   for (block_id b : hits) pool_.ref(b);
-  std::vector<block_id> fresh_blocks = pool_.allocate(fresh);
   s.blocks = std::move(hits);
-  s.blocks.insert(s.blocks.end(), fresh_blocks.begin(), fresh_blocks.end());
+  pool_.allocate_into(fresh, s.blocks);
   s.keys = std::move(keys);
   s.computed = static_cast<int>(s.keys.size()) * bs;
   if (!s.admitted_once) s.cached_tokens = s.computed;
@@ -231,8 +242,7 @@ step_plan scheduler::schedule() {
     const int need = blocks_for(s->computed + 1) - static_cast<int>(s->blocks.size());
     if (need > 0) {
       if (!make_room(need, s, priority::interactive, plan, budget)) continue;
-      const auto more = pool_.allocate(need);
-      s->blocks.insert(s->blocks.end(), more.begin(), more.end());
+      pool_.allocate_into(need, s->blocks);
     }
     plan.items.push_back({s->id, 1, s->computed, false, true});
     ++plan.decode_tokens;

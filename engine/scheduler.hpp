@@ -98,6 +98,8 @@ class scheduler {
 
   /// The running sequences in the order a step serves them (tier, then admission).
   std::vector<const seq_status*> running_in_order() const;
+  /// The same order in place: valid until a sequence joins, leaves or is preempted.
+  std::span<const seq_status* const> running_view() const { return {running_.data(), running_.size()}; }
   /// Whether the next step is decodes only: nothing waiting, every running sequence decoding,
   /// a token of the step's budget for each.
   bool steady_decode() const;
@@ -127,8 +129,17 @@ class scheduler {
   void publish_full_blocks(seq_status& s);
   std::vector<seq_status*> ordered(bool running);
 
+  /// bulk_decode()'s working buffers.
+  struct bulk_scratch {
+    std::vector<seq_status*> growing;
+    std::vector<block_id> more, full_blocks;
+    std::vector<block_hash> full_keys, ahead;
+    std::vector<std::size_t> next_ahead;
+  };
+
   scheduler_limits limits_;
   kv_block_pool pool_;
+  bulk_scratch bulk_;
   std::map<seq_id, seq_status> seqs_;  ///< node-based: the orders below point into it
   std::vector<seq_status*> running_;   ///< in serving order: tier, then admission
   std::vector<seq_status*> waiting_;   ///< in admission order: tier, then arrival
