@@ -14,10 +14,11 @@ namespace fs = std::filesystem;
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   const double rank = std::ceil(std::clamp(q, 0.0, 1.0) * static_cast<double>(v.size()));
-  const std::size_t i = rank < 1 ? 0 : static_cast<std::size_t>(rank) - 1;
-  return v[std::min(i, v.size() - 1)];
+  const std::size_t i = std::min(rank < 1 ? 0 : static_cast<std::size_t>(rank) - 1, v.size() - 1);
+  // The i-th smallest, without sorting the rest.
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
 }
 
 std::string file_safe(std::string s) {
