@@ -70,9 +70,14 @@ bool kv_block_pool::allocate_into(int n, std::vector<block_id>& out) {
     if (m.key != 0) by_key_.prefetch(m.key);
     out.push_back(b);
   }
-  // The records of the blocks the next allocation will look at, ahead of it.
+  // Ahead of the next allocations: the records of the blocks they will look at, and for the
+  // next one (its record fetched by an earlier call) the index slot its eviction will need.
   for (std::uint64_t at = head_; at < std::min(tail_, head_ + 4); ++at)
     __builtin_prefetch(&meta_[static_cast<std::size_t>(ring_[at & mask])], 1);
+  if (head_ < tail_) {
+    const block_meta& next = meta_[static_cast<std::size_t>(ring_[head_ & mask])];
+    if (next.refs == 0 && next.key != 0) by_key_.prefetch(next.key);
+  }
   const auto key_of = [this](std::int32_t v) { return this->key_of(v); };
   for (std::size_t i = first; i < out.size(); ++i) {
     block_meta& m = meta_[static_cast<std::size_t>(out[i])];
