@@ -324,6 +324,38 @@ TEST_CASE("kv pool: keys given together are kept in order, first registration wi
   CHECK(pool.num_free() == 1);
 }
 
+TEST_CASE("kv pool: many prefix hits on free blocks keep eviction in release order (the ring's stale entries)") {
+  // 4 blocks: a ring of 16 entries; each hit-and-release leaves one stale entry, so the ring
+  // fills and compacts many times over.
+  kv_block_pool pool(/*num_blocks=*/5, /*block_size=*/4);
+  auto a = pool.allocate(4);
+  REQUIRE(a.size() == 4);
+  for (int i = 0; i < 4; ++i) pool.cache(a[static_cast<std::size_t>(i)], 500 + static_cast<block_hash>(i));
+  pool.release_all(a);  // release order: a[3], a[2], a[1], a[0]
+  std::vector<block_id> order = {a[3], a[2], a[1], a[0]};
+  std::mt19937 rng(3);
+  for (int round = 0; round < 1000; ++round) {
+    // A prefix hit on a random free block, then its release: it becomes the most recent.
+    const auto pick = static_cast<std::size_t>(rng() % order.size());
+    const block_id b = order[pick];
+    pool.ref(b);
+    CHECK(pool.num_free() == 3);
+    pool.release(b);
+    order.erase(order.begin() + static_cast<long>(pick));
+    order.push_back(b);
+  }
+  CHECK(pool.num_free() == 4);
+  // Allocations evict in release order, oldest first, each taking its key with it.
+  for (block_id expected : order) {
+    const auto got = pool.allocate(1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0] == expected);
+  }
+  CHECK(pool.evictions() == 4);
+  CHECK(pool.num_free() == 0);
+  for (int i = 0; i < 4; ++i) CHECK(pool.lookup(500 + static_cast<block_hash>(i)) == std::nullopt);
+}
+
 TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accounted, all finish") {
   std::mt19937 rng(1234);
   // Small step budgets make recomputes span several steps, when a guard matters most.
