@@ -85,28 +85,29 @@ class prompt_maker {
     const int per = kFineBlockTokens;
     const int total_blocks = (a.prompt_tokens + per - 1) / per;
     std::vector<std::uint64_t> blocks;
+    blocks.reserve(static_cast<std::size_t>(std::max(0, total_blocks)));
     const int system = std::min(team.system_prompt_tokens / per, total_blocks);
-    for (int i = 0; i < system; ++i) blocks.push_back(mix(hash_of(team.name), static_cast<std::uint64_t>(i)));
+    const std::uint64_t team_hash = hash_of(team.name);
+    for (int i = 0; i < system; ++i) blocks.push_back(mix(team_hash, static_cast<std::uint64_t>(i)));
     auto& open = open_[team.name];
     const int turns = std::max(1, spec_.conversation_turns);
+    conversation* in = nullptr;  // the conversation this prompt continues or opens
     if (turns > 1 && !open.empty() && d_.uniform() >= 1.0 / turns) {
       const std::size_t pick = static_cast<std::size_t>(d_.next() % open.size());
-      conversation& c = open[pick];
-      a.conversation = c.id;
+      in = &open[pick];
+      a.conversation = in->id;
       // Its earlier prompt, as far as this one reaches (at least one fresh block stays).
-      for (std::size_t i = blocks.size(); i < c.blocks.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
-        blocks.push_back(c.blocks[i]);
+      for (std::size_t i = blocks.size(); i < in->blocks.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
+        blocks.push_back(in->blocks[i]);
     } else if (turns > 1) {
       a.conversation = team.name + "-c" + std::to_string(++conversations_);
       open.push_back({a.conversation, {}});
       if (open.size() > 64) open.erase(open.begin());
+      in = &open.back();
     }
     while (static_cast<int>(blocks.size()) < total_blocks) blocks.push_back(d_.next());
     a.blocks = std::move(blocks);
-    if (!a.conversation.empty()) {
-      for (auto& c : open)
-        if (c.id == a.conversation) c.blocks = a.blocks;
-    }
+    if (in) in->blocks = a.blocks;
   }
 
  private:
