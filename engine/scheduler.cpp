@@ -41,6 +41,7 @@ bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int 
   s.max_tokens = std::max(1, max_tokens);
   s.salt = salt;
   s.arrival = next_arrival_++;
+  in_flight_ += s.prompt_len + s.max_tokens;
   enter(waiting_, &s, waits_before);
   return true;
 }
@@ -49,6 +50,7 @@ bool scheduler::remove(seq_id id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
   leave(it->second.running ? running_ : waiting_, &it->second);
+  in_flight_ -= it->second.prompt_len + (it->second.max_tokens - it->second.generated);
   pool_.release_all(it->second.blocks);
   seqs_.erase(it);
   return true;
@@ -59,11 +61,7 @@ const seq_status* scheduler::find(seq_id id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-std::int64_t scheduler::tokens_in_flight() const {
-  std::int64_t n = 0;
-  for (const auto& [id, s] : seqs_) n += s.prompt_len + (s.max_tokens - s.generated);
-  return n;
-}
+
 
 std::vector<seq_status*> scheduler::ordered(bool running) { return running ? running_ : waiting_; }
 
@@ -138,6 +136,7 @@ void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
           full_keys.push_back(s.keys.back());
         }
         ++s.generated;
+        --in_flight_;
         if (s.generated > s.progress_mark) s.guarded = false;
       }
       if (!full_blocks.empty()) pool_.cache_all(full_blocks, full_keys);
@@ -318,6 +317,7 @@ void scheduler::update(const step_plan& plan, std::span<const token_id> sampled)
     if (item.samples) {
       s.tokens.push_back(tok);
       ++s.generated;
+      --in_flight_;
       if (s.generated > s.progress_mark) s.guarded = false;
     }
   }

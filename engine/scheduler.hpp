@@ -88,8 +88,9 @@ class scheduler {
 
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
-  /// Prompt plus remaining output tokens of every sequence held (the router's load measure).
-  std::int64_t tokens_in_flight() const;
+  /// Prompt plus remaining output tokens of every sequence held (the router's load measure),
+  /// kept as sequences come, grow and go.
+  std::int64_t tokens_in_flight() const { return in_flight_; }
   std::uint64_t preemptions() const { return preemptions_; }
   const seq_status* find(seq_id id) const;
 
@@ -146,6 +147,7 @@ class scheduler {
   std::uint64_t next_arrival_ = 0;
   std::uint64_t next_admission_ = 0;
   std::uint64_t preemptions_ = 0;
+  std::int64_t in_flight_ = 0;
   std::vector<seq_id> overflowed_;
 };
 

@@ -398,6 +398,11 @@ TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accoun
           ++finished;
         }
       }
+      // The load the router reads is the sum over what is held, however it came and went.
+      std::int64_t in_flight = 0;
+      for (seq_id id = 1; id <= 12; ++id)
+        if (const seq_status* st = s.find(id)) in_flight += st->prompt_len + st->max_tokens - st->generated;
+      CHECK(s.tokens_in_flight() == in_flight);
       // Every block is either free or held: held blocks are those of running sequences.
       std::set<block_id> held;
       for (seq_id id = 1; id <= 12; ++id)
