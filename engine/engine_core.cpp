@@ -272,15 +272,13 @@ step_result engine_core::coast(int steps) {
   // The batch in serving order (bulk_decode's order too); neither side's entries move or
   // go until the loop below removes the finished ones.
   const auto view = sched_.running_view();
-  auto& [order, batch, seeds] = coast_;  // kept between coasts: no allocation per coast
+  auto& [order, batch] = coast_;  // kept between coasts: no allocation per coast
   order.assign(view.begin(), view.end());
   batch.clear();
-  seeds.clear();
-  for (const seq_status* st : order) {
-    batch.push_back(&seqs_.at(st->id));
-    seeds.push_back(batch.back()->answer_seed);
-  }
-  sched_.bulk_decode(steps, [&](std::size_t i, int first, std::span<token_id> out) { sim->tokens_at(seeds[i], first, out); });
+  for (const seq_status* st : order) batch.push_back(&seqs_.at(st->id));
+  sched_.bulk_decode(steps, [&](std::size_t i, int first, std::span<token_id> out) {
+    sim->tokens_at(batch[i]->answer_seed, first, out);
+  });
   result.batch_size = static_cast<int>(batch.size());
   result.outputs.reserve(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {

@@ -117,11 +117,10 @@ class engine_core {
   seq_output cut_short(sequence& s);
   engine::usage usage_of(const sequence& s) const;
 
-  /// coast()'s working buffers: the batch in serving order, its sequences, their seeds.
+  /// coast()'s working buffers: the batch in serving order, and its sequences.
   struct coast_scratch {
     std::vector<const seq_status*> order;
     std::vector<sequence*> batch;
-    std::vector<std::uint64_t> seeds;
   };
 
   scheduler sched_;

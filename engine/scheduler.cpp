@@ -61,13 +61,7 @@ const seq_status* scheduler::find(seq_id id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-
-
 std::vector<seq_status*> scheduler::ordered(bool running) { return running ? running_ : waiting_; }
-
-std::vector<const seq_status*> scheduler::running_in_order() const {
-  return std::vector<const seq_status*>(running_.begin(), running_.end());
-}
 
 bool scheduler::steady_decode() const {
   if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return false;
@@ -107,7 +101,7 @@ void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
       next_ahead[i] = ahead.size();
       block_hash parent = s.keys.empty() ? 0 : s.keys.back();
       for (std::size_t j = s.keys.size(); (j + 1) * bs <= static_cast<std::size_t>(s.computed + len); ++j) {
-        parent = chain_hash(parent, s.salt, std::span(s.tokens).subspan(j * bs, bs));
+        parent = block_key(s, j, parent);
         ahead.push_back(parent);
         pool_.prefetch(parent);
       }
@@ -286,14 +280,16 @@ step_plan scheduler::schedule() {
   return plan;
 }
 
+block_hash scheduler::block_key(const seq_status& s, std::size_t j, block_hash parent) const {
+  const auto bs = static_cast<std::size_t>(pool_.block_size());
+  return chain_hash(parent, s.salt, std::span(s.tokens).subspan(j * bs, bs));
+}
+
 std::size_t scheduler::key_full_blocks(seq_status& s) {
   const auto bs = static_cast<std::size_t>(pool_.block_size());
   const std::size_t first = s.keys.size();
-  while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed)) {
-    const std::size_t i = s.keys.size();
-    const block_hash parent = i == 0 ? 0 : s.keys[i - 1];
-    s.keys.push_back(chain_hash(parent, s.salt, std::span(s.tokens).subspan(i * bs, bs)));
-  }
+  while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed))
+    s.keys.push_back(block_key(s, s.keys.size(), s.keys.empty() ? 0 : s.keys.back()));
   return first;
 }
 

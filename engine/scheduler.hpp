@@ -97,16 +97,15 @@ class scheduler {
   // Steady decode, for modelled executors that run several steps between events: while
   // nothing waits and every running sequence decodes, the next steps are known in advance.
 
-  /// The running sequences in the order a step serves them (tier, then admission).
-  std::vector<const seq_status*> running_in_order() const;
-  /// The same order in place: valid until a sequence joins, leaves or is preempted.
+  /// The running sequences in the order a step serves them (tier, then admission), in place:
+  /// valid until a sequence joins, leaves or is preempted.
   std::span<const seq_status* const> running_view() const { return {running_.data(), running_.size()}; }
   /// Whether the next step is decodes only: nothing waiting, every running sequence decoding,
   /// a token of the step's budget for each.
   bool steady_decode() const;
   /// Blocks that `steps` more decodes of every running sequence take from the pool.
   int blocks_for_decode(int steps) const;
-  /// Fills `out` with a running sequence's next tokens: the i-th of running_in_order(), from
+  /// Fills `out` with a running sequence's next tokens: the i-th of running_view(), from
   /// the position given by its tokens generated so far.
   using token_run_fn = std::function<void(std::size_t i, int first_position, std::span<token_id> out)>;
   /// Runs `steps` decode steps exactly as schedule() and update() would, each sequence's
@@ -124,6 +123,8 @@ class scheduler {
   /// `self` may be chosen too; false if it was, or if the room cannot be made.
   bool make_room(int needed, const seq_status* self, priority lowest_victim, step_plan& plan, int& budget);
   void preempt(seq_status& v, step_plan& plan, int& budget);
+  /// The cache key of block `j` of `s`, after its parent's key.
+  block_hash block_key(const seq_status& s, std::size_t j, block_hash parent) const;
   /// Appends the keys of the blocks `computed` has filled since the last call; returns the
   /// index of the first new one.
   std::size_t key_full_blocks(seq_status& s);
