@@ -10,7 +10,13 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <stdexcept>
 #include <tuple>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -150,4 +156,30 @@ TEST_CASE("cluster config: a front follows its control node, keeps the last-know
   front.reset();
   remove_store(front_store);
   std::filesystem::remove(lkg);
+}
+
+TEST_CASE("cluster config: a node whose cluster port is taken does not start, and says why") {
+  const int port = free_port();
+  CHECK(port < 32768);  // below the kernel's range for outgoing connections' own ports
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  std::string error;
+  try {
+    kiln_process k(region_node(port));
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  ::close(fd);
+  MESSAGE(error);
+  CHECK(error.find("kiln did not start") != std::string::npos);
+  CHECK(error.find("cannot listen for nodes on 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  // The port free again, the same node starts.
+  kiln_process k(region_node(port));
+  CHECK(k.port() > 0);
 }

@@ -8,7 +8,10 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <unistd.h>
 
@@ -40,16 +43,42 @@ void remove_store(const std::string& path) {
     if (e.path().filename().string().rfind(usage, 0) == 0) std::filesystem::remove(e.path(), ec);
 }
 
-int free_port() {
+namespace {
+
+// The first port the kernel hands out to outgoing connections (their local ports). A port
+// picked for a listener from that range can be taken by any connection made meanwhile, by
+// this process or by a test running beside it, and the server then fails to bind it.
+int ephemeral_start() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0;
+  return f >> lo && lo > 1024 ? lo : 32768;
+}
+
+bool bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+int free_port() {
+  // Below the ephemeral range, each test process walking its own stretch from a start its pid
+  // picks, so two test binaries run side by side rarely meet and connections never do.
+  static const int hi = std::min(ephemeral_start(), 32768);
+  static const int lo = std::max(hi - 12000, 10000);
+  static std::atomic<int> next{static_cast<int>(::getpid() * 211L % (hi - lo))};
+  for (int tries = 0; tries < hi - lo; ++tries) {
+    const int port = lo + next.fetch_add(1) % (hi - lo);
+    if (bindable(port)) return port;
+  }
+  throw std::runtime_error("no free port below the ephemeral range");
 }
 
 double process_cpu_seconds(pid_t pid) {
@@ -81,13 +110,15 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
   own_store_ = opts.store.empty();
   store_path_ = own_store_ ? config_path_ + ".db" : opts.store;  // each server its own, never ~/.kiln's
 
+  own_stderr_ = opts.stderr_path.empty();
+  stderr_path_ = own_stderr_ ? config_path_ + ".stderr" : opts.stderr_path;  // read back if it fails to start
+
   int out[2];
   if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
   pid_ = ::fork();
   if (pid_ == 0) {
     ::dup2(out[1], STDOUT_FILENO);
-    const int err = opts.stderr_path.empty() ? ::open("/dev/null", O_WRONLY)
-                                             : ::open(opts.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (!std::getenv("KILN_TEST_LOG") || !opts.stderr_path.empty()) ::dup2(err, STDERR_FILENO);
     if (opts.max_files > 0) {
       rlimit lim{static_cast<rlim_t>(opts.max_files), static_cast<rlim_t>(opts.max_files)};
@@ -127,7 +158,20 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
   }).detach();
   const auto at = banner.rfind(':', banner.find(" (region"));
   if (banner.rfind("kiln serving on", 0) != 0 || at == std::string::npos)
-    throw std::runtime_error("kiln did not start: '" + banner + "'");
+  {
+    if (wait_exit(3000) == -1 && pid_ > 0) {  // no banner: it has ended, or closed its stdout
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::ifstream f(stderr_path_);
+    std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (err.size() > 2000) err = "..." + err.substr(err.size() - 2000);
+    pid_ = -1;
+    std::remove(config_path_.c_str());
+    if (own_stderr_) std::remove(stderr_path_.c_str());
+    if (own_store_) remove_store(store_path_);
+    throw std::runtime_error("kiln did not start: '" + banner + "'; it wrote: " + err);
+  }
   port_ = std::atoi(banner.c_str() + at + 1);
 }
 
@@ -137,6 +181,7 @@ kiln_process::~kiln_process() {
     ::waitpid(pid_, nullptr, 0);
   }
   std::remove(config_path_.c_str());
+  if (own_stderr_) std::remove(stderr_path_.c_str());
   if (own_store_) remove_store(store_path_);
 }
 

@@ -6,7 +6,7 @@
 namespace kiln::test {
 
 struct process_options {
-  std::string stderr_path;  ///< where kiln's stderr goes (access log); "" : /dev/null
+  std::string stderr_path;  ///< where kiln's stderr goes (access log); "": a temp file, removed with it
   long max_files = 0;       ///< > 0: RLIMIT_NOFILE (soft and hard) of the process
   int port = 0;             ///< > 0: serve on this port and return at once, before the banner
   std::string store;        ///< a store file to use (kept); "": one of its own, removed with it
@@ -41,6 +41,8 @@ class kiln_process {
   std::string config_path_;
   std::string store_path_;
   bool own_store_ = true;
+  std::string stderr_path_;
+  bool own_stderr_ = true;
 };
 
 /// User + system CPU seconds a process has used (from /proc).
