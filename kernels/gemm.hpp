@@ -1,7 +1,7 @@
 #pragma once
 // GEMMs through cuBLASLt: y[T, N] = x[T, K] . w[N, K]^T (projections as Hugging Face stores
 // them), BF16, FP16 or FP32 inputs, FP32 accumulation and output. The algorithm for a shape is
-// chosen once by cuBLASLt's heuristic and cached. Twin: reference::matmul_xwt.
+// chosen once by cuBLASLt's heuristic and cached; the library is opened on first use. Twin: reference::matmul_xwt.
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +24,8 @@ class gemm_runner {
   gemm_runner(const gemm_runner&) = delete;
   gemm_runner& operator=(const gemm_runner&) = delete;
 
+  /// Why cuBLASLt could not be loaded (it is opened on first use); empty when it was.
+  static std::string library_error();
   /// All pointers on the device; empty on success, else what failed.
   std::string matmul_xwt(const void* x, const void* w, gemm_input type, float* y, int T, int N, int K, cudaStream_t stream);
   std::size_t cached_algorithms() const { return algos_.size(); }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -248,6 +249,19 @@ TEST_CASE("gpu: sampling follows its twin") {
   }
   std::printf("sampling: %d of %d rows equal\n", same, rows);
   CHECK(same >= rows * 99 / 100);  // only float summation order may move a draw on a boundary
+}
+
+TEST_CASE("cuBLASLt is opened on first use, with every entry point the GEMMs call, and is not linked") {
+  // Runs without a GPU: the toolkit's library is on this machine whenever this test is built.
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);)
+      if (line.find("libcublasLt") != std::string::npos) return true;
+    return false;
+  };
+  CHECK_FALSE(mapped());  // the cases before this one make no GEMM
+  CHECK(k::gemm_runner::library_error() == "");
+  CHECK(mapped());
 }
 
 TEST_CASE("gpu: cuBLASLt GEMM, BF16 inputs, FP32 accumulation") {
