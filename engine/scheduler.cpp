@@ -77,6 +77,24 @@ int scheduler::blocks_for_decode(int steps) const {
   return n;
 }
 
+namespace {
+
+// Orders a stretch's events by step, keeping their order within a step (a counting sort
+// through `spare`); starts[k] .. starts[k + 1] are then step k's.
+template <class Event>
+void by_step(std::vector<Event>& events, int steps, std::vector<Event>& spare, std::vector<std::uint32_t>& starts) {
+  starts.assign(static_cast<std::size_t>(steps) + 1, 0);
+  for (const auto& e : events) ++starts[e.step + 1];
+  for (int k = 0; k < steps; ++k) starts[static_cast<std::size_t>(k) + 1] += starts[static_cast<std::size_t>(k)];
+  spare.resize(events.size());
+  for (const auto& e : events) spare[starts[e.step]++] = e;
+  for (int k = steps; k > 0; --k) starts[static_cast<std::size_t>(k)] = starts[static_cast<std::size_t>(k) - 1];
+  starts[0] = 0;
+  std::swap(events, spare);
+}
+
+}  // namespace
+
 void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
   // Nothing joins or leaves the batch until the coast ends, so its order is read in place.
   const std::vector<seq_status*>& order = running_;
@@ -86,55 +104,65 @@ void scheduler::bulk_decode(int steps, const token_run_fn& tokens) {
   // functions of the sequence and position; in steady decode a step computes exactly the
   // token before the one it samples, so tokens past `computed` change nothing), and with
   // them the keys of the blocks the stretch fills, whose index slots are then fetched
-  // together. The steps themselves run in the order schedule() and update() would.
+  // together. A decode step changes a sequence's blocks only where it crosses a block
+  // boundary, so the stretch's steps visit just those sequences: at each step, the ones
+  // growing into a block take them in serving order (one allocation for the step, as
+  // schedule() would), then the ones that filled a block are keyed in that order (as
+  // update() would). The coast was planned with the blocks it needs free, so no allocation
+  // here fails.
   constexpr int kStretch = 64;
-  auto& [growing, more, full_blocks, full_keys, ahead, next_ahead] = bulk_;  // kept: no allocation per step
-  next_ahead.resize(n);
+  auto& [more, full_blocks, full_keys, ahead, grows, fills, spare, grow_starts, fill_starts] = bulk_;  // kept: no allocation per step
   for (int from = 0; from < steps; from += kStretch) {
     const int len = std::min(kStretch, steps - from);
     ahead.clear();
+    grows.clear();
+    fills.clear();
     for (std::size_t i = 0; i < n; ++i) {
       seq_status& s = *order[i];
       const std::size_t had = s.tokens.size();
       s.tokens.resize(had + static_cast<std::size_t>(len));
       tokens(i, s.generated, std::span(s.tokens).subspan(had));
-      next_ahead[i] = ahead.size();
+      const auto c0 = static_cast<std::size_t>(s.computed), end = c0 + static_cast<std::size_t>(len);
+      // Step k computes token c0 + k: it needs room for c0 + k + 1 tokens, and fills block j
+      // once c0 + k + 1 reaches (j + 1) * bs.
+      for (std::size_t b = s.blocks.size(); b * bs < end; ++b)
+        grows.push_back({static_cast<std::uint32_t>(b * bs > c0 ? b * bs - c0 : 0), static_cast<std::uint32_t>(i), 0});
       block_hash parent = s.keys.empty() ? 0 : s.keys.back();
-      for (std::size_t j = s.keys.size(); (j + 1) * bs <= static_cast<std::size_t>(s.computed + len); ++j) {
+      for (std::size_t j = s.keys.size(); (j + 1) * bs <= end; ++j) {
         parent = block_key(s, j, parent);
+        fills.push_back({static_cast<std::uint32_t>((j + 1) * bs > c0 + 1 ? (j + 1) * bs - c0 - 1 : 0),
+                         static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(ahead.size())});
         ahead.push_back(parent);
         pool_.prefetch(parent);
       }
     }
+    by_step(grows, len, spare, grow_starts);
+    by_step(fills, len, spare, fill_starts);
     for (int k = 0; k < len; ++k) {
-      // schedule(): each decode takes the block it grows into, in serving order (one
-      // allocation for the step takes the same blocks from the free list in the same order) ...
-      growing.clear();
-      for (seq_status* s : order)
-        for (auto room = s->blocks.size() * bs; room < static_cast<std::size_t>(s->computed) + 1; room += bs) growing.push_back(s);
-      if (!growing.empty()) {
+      const auto g0 = grow_starts[static_cast<std::size_t>(k)], g1 = grow_starts[static_cast<std::size_t>(k) + 1];
+      if (g1 > g0) {
         more.clear();
-        pool_.allocate_into(static_cast<int>(growing.size()), more);
-        for (std::size_t g = 0; g < more.size(); ++g) growing[g]->blocks.push_back(more[g]);
+        pool_.allocate_into(static_cast<int>(g1 - g0), more);
+        for (std::size_t g = 0; g < more.size(); ++g) order[grows[g0 + g].seq]->blocks.push_back(more[g]);
       }
-      // ... and update() applies the step in the same order; the blocks it fills are keyed
-      // together, in that order.
+      const auto f0 = fill_starts[static_cast<std::size_t>(k)], f1 = fill_starts[static_cast<std::size_t>(k) + 1];
+      if (f1 == f0) continue;
       full_blocks.clear();
       full_keys.clear();
-      for (std::size_t i = 0; i < n; ++i) {
-        seq_status& s = *order[i];
-        ++s.computed;
-        while ((s.keys.size() + 1) * bs <= static_cast<std::size_t>(s.computed)) {
-          full_blocks.push_back(s.blocks[s.keys.size()]);
-          s.keys.push_back(ahead[next_ahead[i]++]);
-          full_keys.push_back(s.keys.back());
-        }
-        ++s.generated;
-        --in_flight_;
-        if (s.generated > s.progress_mark) s.guarded = false;
+      for (auto f = f0; f < f1; ++f) {
+        seq_status& s = *order[fills[f].seq];
+        full_blocks.push_back(s.blocks[s.keys.size()]);
+        s.keys.push_back(ahead[fills[f].key]);
+        full_keys.push_back(s.keys.back());
       }
-      if (!full_blocks.empty()) pool_.cache_all(full_blocks, full_keys);
+      pool_.cache_all(full_blocks, full_keys);
     }
+    for (seq_status* s : order) {
+      s->computed += len;
+      s->generated += len;
+      if (s->generated > s->progress_mark) s->guarded = false;
+    }
+    in_flight_ -= static_cast<std::int64_t>(n) * len;
   }
 }
 

@@ -131,12 +131,19 @@ class scheduler {
   void publish_full_blocks(seq_status& s);
   std::vector<seq_status*> ordered(bool running);
 
+  /// A sequence's block change at a step of a stretch: a block it grows into, or one it fills
+  /// (`key`: the filled block's key, an index into `ahead`).
+  struct bulk_event {
+    std::uint32_t step = 0;
+    std::uint32_t seq = 0;  ///< index into the batch's serving order
+    std::uint32_t key = 0;
+  };
   /// bulk_decode()'s working buffers.
   struct bulk_scratch {
-    std::vector<seq_status*> growing;
     std::vector<block_id> more, full_blocks;
     std::vector<block_hash> full_keys, ahead;
-    std::vector<std::size_t> next_ahead;
+    std::vector<bulk_event> grows, fills, spare;
+    std::vector<std::uint32_t> grow_starts, fill_starts;  ///< per step, where its events begin
   };
 
   scheduler_limits limits_;

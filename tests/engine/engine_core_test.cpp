@@ -315,6 +315,18 @@ TEST_CASE("engine core: coasting through steady decode equals stepping, step for
     CHECK(end_a == end_b);
     CHECK(stepper->sched().pool().num_free() == coaster->sched().pool().num_free());
     CHECK(stepper->tokens_in_flight() == coaster->tokens_in_flight());
+    // The same blocks, taken in the same order, filled and keyed alike: what later
+    // allocations evict and later prompts find depends on it.
+    for (seq_id q = 1; q <= id; ++q) {
+      const seq_status* x = stepper->sched().find(q);
+      const seq_status* y = coaster->sched().find(q);
+      REQUIRE((x == nullptr) == (y == nullptr));
+      if (!x) continue;
+      CHECK(x->blocks == y->blocks);
+      CHECK(x->keys == y->keys);
+      CHECK(x->computed == y->computed);
+      CHECK(x->generated == y->generated);
+    }
   }
   CHECK(coasted > 5);
   CHECK(coaster->coast_times(1).empty());  // fewer than two steps: nothing to gain

@@ -415,3 +415,79 @@ TEST_CASE("scheduler: random load on a tight pool: no thrash, every block accoun
     CHECK(finished == added);
   }
 }
+
+TEST_CASE("scheduler: a bulk decode takes, fills and keys the same blocks in the same order as stepping") {
+  // Two schedulers given the same history; then one runs a stretch of decode steps in one
+  // call and the other step by step. Many sequences with small blocks, so several cross a
+  // block boundary at the same step, in both orders, and allocations evict cached blocks.
+  std::mt19937 rng(99);
+  auto token_at = [](seq_id id, int position) { return static_cast<token_id>(1 + (id * 131 + position * 7) % 50); };
+  int compared = 0;
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    const int bs = 2 + static_cast<int>(rng() % 5);
+    const int blocks = 160 + static_cast<int>(rng() % 80);
+    scheduler a({4096, 64, 0}, blocks, bs), b({4096, 64, 0}, blocks, bs);
+    // Earlier requests leave cached blocks in the ring, for the stretch's allocations to evict.
+    for (seq_id id = 1; id <= 6; ++id) {
+      const int len = 3 * bs + static_cast<int>(rng() % (4 * bs));
+      for (scheduler* s : {&a, &b}) s->add(id, priority::standard, toks(len, 10 * static_cast<token_id>(id)), 1, id % 2);
+    }
+    seq_id next = 7;
+    const int live = 8 + static_cast<int>(rng() % 24);
+    for (int i = 0; i < live; ++i, ++next) {
+      const int len = 1 + static_cast<int>(rng() % (5 * bs));
+      const auto tier = static_cast<priority>(rng() % 3);
+      const std::uint64_t salt = rng() % 2;
+      for (scheduler* s : {&a, &b}) s->add(next, tier, toks(len, 7 * static_cast<token_id>(i % 4)), 10000, salt);
+    }
+    // Step both alike until every live sequence decodes (the first six finish on the way).
+    int guard = 0;
+    while (!(a.steady_decode() && a.waiting() == 0 && a.running() == live) && ++guard < 200) {
+      for (scheduler* s : {&a, &b}) {
+        const step_plan plan = s->schedule();
+        std::vector<token_id> sampled;
+        for (const auto& item : plan.items)
+          if (item.samples) sampled.push_back(token_at(item.id, s->find(item.id)->generated));
+        s->update(plan, sampled);
+        for (seq_id id = 1; id <= 6; ++id)
+          if (const seq_status* st = s->find(id); st && st->generated >= st->max_tokens) s->remove(id);
+      }
+    }
+    REQUIRE(a.steady_decode());
+    REQUIRE(a.running() == live);
+    // As long as the pool allows (often to its last block, evicting every cached one).
+    int steps = 1 + static_cast<int>(rng() % 150);
+    while (steps > 1 && a.blocks_for_decode(steps) > a.pool().num_free()) --steps;
+    if (a.blocks_for_decode(steps) > a.pool().num_free()) continue;
+    compared += steps > 1;
+    a.bulk_decode(steps, [&](std::size_t i, int first, std::span<token_id> out) {
+      const seq_id id = a.running_view()[i]->id;
+      for (std::size_t j = 0; j < out.size(); ++j) out[j] = token_at(id, first + static_cast<int>(j));
+    });
+    for (int k = 0; k < steps; ++k) {
+      const step_plan plan = b.schedule();
+      std::vector<token_id> sampled;
+      for (const auto& item : plan.items) {
+        REQUIRE_FALSE(item.prefill);
+        sampled.push_back(token_at(item.id, b.find(item.id)->generated));
+      }
+      b.update(plan, sampled);
+    }
+    for (seq_id id = 7; id < next; ++id) {
+      const seq_status* x = a.find(id);
+      const seq_status* y = b.find(id);
+      REQUIRE(x);
+      REQUIRE(y);
+      CHECK(x->blocks == y->blocks);
+      CHECK(x->keys == y->keys);
+      CHECK(x->computed == y->computed);
+      CHECK(x->generated == y->generated);
+      CHECK(std::vector<token_id>(x->tokens.begin(), x->tokens.begin() + x->computed) ==
+            std::vector<token_id>(y->tokens.begin(), y->tokens.begin() + y->computed));
+    }
+    CHECK(a.pool().num_free() == b.pool().num_free());
+    CHECK(a.tokens_in_flight() == b.tokens_in_flight());
+  }
+  CHECK(compared >= 30);
+}
