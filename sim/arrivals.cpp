@@ -97,23 +97,26 @@ class prompt_maker {
       in = &open[pick];
       a.conversation = in->id;
       // Its earlier prompt, as far as this one reaches (at least one fresh block stays).
-      for (std::size_t i = blocks.size(); i < in->blocks.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
-        blocks.push_back(in->blocks[i]);
+      const std::vector<std::uint64_t>& before = *in->blocks;
+      for (std::size_t i = blocks.size(); i < before.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
+        blocks.push_back(before[i]);
     } else if (turns > 1) {
       a.conversation = team.name + "-c" + std::to_string(++conversations_);
-      open.push_back({a.conversation, {}});
+      open.push_back({a.conversation, nullptr});
       if (open.size() > 64) open.erase(open.begin());
       in = &open.back();
     }
     while (static_cast<int>(blocks.size()) < total_blocks) blocks.push_back(d_.next());
     a.blocks = std::move(blocks);
-    if (in) in->blocks = a.blocks;
+    if (in) in->blocks = &a.blocks;
   }
 
  private:
   struct conversation {
     std::string id;
-    std::vector<std::uint64_t> blocks;
+    /// Its latest prompt's blocks: those of an arrival filled earlier (the arrivals stay
+    /// where they are while they are filled), not a copy of them.
+    const std::vector<std::uint64_t>* blocks = nullptr;
   };
   const arrival_spec& spec_;
   draws d_;
