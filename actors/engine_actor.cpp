@@ -284,6 +284,17 @@ void settle(stateful* self, bool wakeup = false) {
   ++st.coast_epoch;
   const caf::timespan elapsed = self->clock().now() - st.coast_from;
   const std::size_t done = st.coast_steps_ended(elapsed);
+  if (done > 0 && done < st.coast_ends.size()) {
+    // The steps that ended, sent now, and the step under way, applied as it was planned
+    // (before whatever this message adds) and ending when it would have: one pass.
+    auto [ended, under_way] = st.core->coast_and_one(static_cast<int>(done));
+    st.pending = std::move(ended);
+    send_outputs(self);
+    st.pending = std::move(under_way);
+    st.steps += done + 1;
+    self->delayed_send(self, st.coast_ends[done] - elapsed, step_atom::value);
+    return;
+  }
   if (done > 0) {
     st.pending = st.core->coast(static_cast<int>(done));
     st.steps += done;

@@ -265,9 +265,18 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
   return times;
 }
 
-step_result engine_core::coast(int steps) {
+step_result engine_core::coast(int steps) { return coast_split(steps, 0, nullptr); }
+
+std::pair<step_result, step_result> engine_core::coast_and_one(int steps) {
+  std::pair<step_result, step_result> r;
+  r.second = coast_split(steps, 1, &r.first);
+  return r;
+}
+
+step_result engine_core::coast_split(int first, int last, step_result* head) {
   step_result result;
   const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
+  const int steps = first + last;
   if (!sim || steps <= 0) return result;
   // The batch in serving order (bulk_decode's order too); neither side's entries move or
   // go until the loop below removes the finished ones.
@@ -276,19 +285,33 @@ step_result engine_core::coast(int steps) {
   order.assign(view.begin(), view.end());
   batch.clear();
   for (const seq_status* st : order) batch.push_back(&seqs_.at(st->id));
-  sched_.bulk_decode(steps, [&](std::size_t i, int first, std::span<token_id> out) {
-    sim->tokens_at(batch[i]->answer_seed, first, out);
+  sched_.bulk_decode(steps, [&](std::size_t i, int from, std::span<token_id> out) {
+    sim->tokens_at(batch[i]->answer_seed, from, out);
   });
   result.batch_size = static_cast<int>(batch.size());
   result.outputs.reserve(batch.size());
+  if (head) {
+    head->batch_size = result.batch_size;
+    head->outputs.reserve(batch.size());
+  }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     sequence& s = *batch[i];
     const seq_status* st = order[i];
     const seq_id id = st->id;
-    s.generated += steps;
+    if (head) {  // the head's tokens: none of them ends a sequence
+      s.generated += first;
+      seq_output early;
+      early.id = id;
+      early.new_tokens = first;
+      early.usage = usage_of(s);
+      head->outputs.push_back(std::move(early));
+      s.generated += last;
+    } else {
+      s.generated += steps;
+    }
     seq_output out;
     out.id = id;
-    out.new_tokens = steps;
+    out.new_tokens = head ? last : steps;
     if (!st->tokens.empty() && st->tokens.back() == tok_->eos()) out.finish = finish_reason::stop;
     else if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
     if (out.finish != finish_reason::none) {  // what the text held back goes with the end

@@ -78,6 +78,10 @@ class engine_core {
   /// Runs `steps` such steps at once, as that many step() calls would but without text: each
   /// sequence's new tokens, and the finishes (only the last step ends sequences).
   step_result coast(int steps);
+  /// coast(steps) then coast(1) in one pass over the batch, as two results: the first
+  /// `steps` steps' tokens (`steps` short of the coast's end, so nothing finishes in them),
+  /// then the next step's.
+  std::pair<step_result, step_result> coast_and_one(int steps);
 
   /// Off: answers carry token counts only, no text (stop strings still end them). The
   /// simulator's engines, whose clients count tokens.
@@ -125,6 +129,9 @@ class engine_core {
 
   scheduler sched_;
   coast_scratch coast_;
+  /// `first + last` coasted steps; with `head`, the first steps' tokens go there and the
+  /// result holds the last steps'.
+  step_result coast_split(int first, int last, step_result* head);
   std::unique_ptr<executor> exec_;
   std::shared_ptr<const tokenizer> tok_;
   std::uint64_t salt_;
