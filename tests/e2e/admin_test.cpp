@@ -212,7 +212,8 @@ TEST_CASE("loading runs off the actor threads: the sim pool serves while a CPU p
   const http_response loading = request(port, "POST", "/v1/chat/completions", chat("big-chat", 3), kTeam);
   CHECK(loading.status == 503);
   CHECK(loading.headers.count("retry-after") == 1);
-  CHECK(json::parse(loading.body)["error"]["message"].get<std::string>().find("loading") != std::string::npos);
+  CHECK_MESSAGE(json::parse(loading.body)["error"]["message"].get<std::string>().find("loading") != std::string::npos,
+                loading.body);
   // Meanwhile the sim pool serves: no actor thread is held by the load.
   CHECK(eventually([&] { return request(port, "POST", "/v1/chat/completions", chat("chat-7b", 3), kTeam).status == 200; }, 5s));
   CHECK(request(port, "GET", "/healthz").status == 503);  // still loading the big one

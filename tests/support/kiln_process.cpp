@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -68,15 +69,34 @@ bool bindable(int port) {
 
 }  // namespace
 
+// Claims a port for this test process until it exits: a lock on a file named for it, which
+// the kernel lets go with the process, so test binaries run side by side never hand out the
+// same port, and one killed mid-run leaves no claim behind.
+bool claim(int port) {
+  static const std::string dir = [] {
+    const std::string d = "/tmp/kiln-test-ports";
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    return d;
+  }();
+  const int fd = ::open((dir + "/" + std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+  if (fd < 0) return true;  // no lock files here: the bind check alone
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  return true;  // kept open: the claim lasts as long as this process
+}
+
 int free_port() {
   // Below the ephemeral range, each test process walking its own stretch from a start its pid
-  // picks, so two test binaries run side by side rarely meet and connections never do.
+  // picks; a port another test process has claimed, or that something holds, is skipped.
   static const int hi = std::min(ephemeral_start(), 32768);
   static const int lo = std::max(hi - 12000, 10000);
   static std::atomic<int> next{static_cast<int>(::getpid() * 211L % (hi - lo))};
   for (int tries = 0; tries < hi - lo; ++tries) {
     const int port = lo + next.fetch_add(1) % (hi - lo);
-    if (bindable(port)) return port;
+    if (claim(port) && bindable(port)) return port;
   }
   throw std::runtime_error("no free port below the ephemeral range");
 }
