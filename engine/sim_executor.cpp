@@ -39,16 +39,16 @@ token_id sim_executor::token_at(std::uint64_t answer_seed, int position) const {
 void sim_executor::tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out) const {
   const int natural = natural_length(answer_seed);
   const auto span = static_cast<std::uint64_t>(vocab_size_ - 1);
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    const int position = first + static_cast<int>(k);
-    if (position >= natural) {
-      out[k] = eos_;
-      continue;
-    }
-    const std::uint64_t r = mix64(answer_seed ^ mix64(static_cast<std::uint64_t>(position) + 1));
-    // Any vocabulary token but eos (ids 1 .. vocab-1).
-    out[k] = 1 + static_cast<token_id>(r % span);
+  // Up to the natural end, then eos.
+  const std::size_t before_end = static_cast<std::size_t>(std::clamp(natural - first, 0, static_cast<int>(out.size())));
+  for (std::size_t k = 0; k < before_end; ++k) {
+    const auto position = static_cast<std::uint64_t>(first) + k;
+    const std::uint64_t r = mix64(answer_seed ^ mix64(position + 1));
+    // Any vocabulary token but eos (ids 1 .. vocab-1): the top 32 bits scaled into the range
+    // by a multiply, not a division (the simulator makes every answer token this way).
+    out[k] = 1 + static_cast<token_id>(((r >> 32) * span) >> 32);
   }
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(before_end), out.end(), eos_);
 }
 
 logprob_row sim_executor::modelled_logprobs(std::uint64_t seed, token_id token, int top) const {

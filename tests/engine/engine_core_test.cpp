@@ -1,6 +1,7 @@
 // The engine core on the sim executor: stopping rules, determinism, cancellation.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -330,4 +331,38 @@ TEST_CASE("engine core: coasting through steady decode equals stepping, step for
   }
   CHECK(coasted > 5);
   CHECK(coaster->coast_times(1).empty());  // fewer than two steps: nothing to gain
+}
+
+TEST_CASE("sim executor: an answer's tokens cover the vocabulary but eos, until its natural length, in runs as one by one") {
+  for (const int vocab : {3, 50, 32000, 151936}) {
+    CAPTURE(vocab);
+    const sim_executor sim(cost_model({}, {}), sim_text{5, 60}, vocab, 0);
+    std::vector<int> seen(static_cast<std::size_t>(vocab), 0);
+    for (std::uint64_t seed = 1; seed <= 400; ++seed) {
+      const int natural = sim.natural_length(seed);
+      REQUIRE(natural >= 5);
+      REQUIRE(natural <= 60);
+      // A run that crosses the natural end, from a position inside the answer.
+      const int first = static_cast<int>(seed % 7);
+      std::vector<token_id> run(static_cast<std::size_t>(natural - first + 3));
+      sim.tokens_at(seed, first, run);
+      for (std::size_t k = 0; k < run.size(); ++k) {
+        const int position = first + static_cast<int>(k);
+        CHECK(run[k] == sim.token_at(seed, position));
+        if (position >= natural) {
+          CHECK(run[k] == 0);
+        } else {
+          CHECK(run[k] >= 1);
+          CHECK(run[k] < vocab);
+          ++seen[static_cast<std::size_t>(run[k])];
+        }
+      }
+    }
+    CHECK(seen[0] == 0);
+    if (vocab <= 50) {  // about 300 draws of each id: every one appears, none far more than its share
+      const auto [lo, hi] = std::minmax_element(seen.begin() + 1, seen.end());
+      CHECK(*lo > 0);
+      CHECK(*hi < 3 * *lo + 50);
+    }
+  }
 }
