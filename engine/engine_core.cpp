@@ -50,20 +50,35 @@ bool engine_core::add(engine_request req) {
     s.rng_seed = mix64(salt_ ^ mix64(++unseeded_)) ^ prompt_hash;
   s.answer_seed = req.sampling.seed ? mix64(*req.sampling.seed) ^ prompt_hash : prompt_hash;
   s.req = std::move(req);
-  seqs_[s.req.id] = std::move(s);
+  const seq_id id = s.req.id;
+  sequence& kept = seqs_[id] = std::move(s);
+  if (!in_flight_) sched_.set_user(id, &kept);
   return true;
 }
 
 bool engine_core::cancel(seq_id id) {
-  if (in_flight_) deferred_removes_.push_back(id);
-  else sched_.remove(id);
+  if (in_flight_) {
+    deferred_removes_.push_back(id);
+    sched_.set_user(id, nullptr);  // its record goes now; the worker never reads this field
+  } else {
+    sched_.remove(id);
+  }
   return seqs_.erase(id) > 0;
 }
 
 void engine_core::apply_deferred() {
   for (seq_id id : std::exchange(deferred_removes_, {})) sched_.remove(id);
   for (auto& r : std::exchange(deferred_adds_, {}))
-    if (seqs_.count(r.id)) sched_.add(r.id, r.prio, with_room(r.prompt, r.sampling.max_tokens), r.sampling.max_tokens, r.cache_salt);
+    if (auto it = seqs_.find(r.id); it != seqs_.end()) {
+      sched_.add(r.id, r.prio, with_room(r.prompt, r.sampling.max_tokens), r.sampling.max_tokens, r.cache_salt);
+      sched_.set_user(r.id, &it->second);
+    }
+}
+
+const engine_core::sequence* engine_core::record_of(const seq_status& st) const {
+  if (st.user) return static_cast<const sequence*>(st.user);
+  const auto it = seqs_.find(st.id);
+  return it == seqs_.end() ? nullptr : &it->second;
 }
 
 std::size_t safe_emit_end(const std::string& text, std::size_t from,
@@ -243,9 +258,9 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
   std::int64_t kv = 0;
   const auto order = sched_.running_view();
   for (const seq_status* st : order) {
-    auto it = seqs_.find(st->id);
-    if (it == seqs_.end() || !it->second.req.sampling.stop.empty() || it->second.req.sampling.logprobs >= 0) return {};
-    const sequence& s = it->second;
+    const sequence* rec = record_of(*st);
+    if (!rec || !rec->req.sampling.stop.empty() || rec->req.sampling.logprobs >= 0) return {};
+    const sequence& s = *rec;
     const int by_length = s.req.sampling.max_tokens - s.generated;
     const int natural = sim->natural_length(s.answer_seed);
     const int by_eos = natural >= s.generated ? natural - s.generated + 1 : 1;
@@ -284,7 +299,11 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
   auto& [order, batch] = coast_;  // kept between coasts: no allocation per coast
   order.assign(view.begin(), view.end());
   batch.clear();
-  for (const seq_status* st : order) batch.push_back(&seqs_.at(st->id));
+  for (const seq_status* st : order) {
+    const sequence* rec = record_of(*st);
+    if (!rec) return result;  // coast_times() checked every one: not reached
+    batch.push_back(const_cast<sequence*>(rec));
+  }
   sched_.bulk_decode(steps, [&](std::size_t i, int from, std::span<token_id> out) {
     sim->tokens_at(batch[i]->answer_seed, from, out);
   });

@@ -129,6 +129,8 @@ class engine_core {
 
   scheduler sched_;
   coast_scratch coast_;
+  /// A sequence's record, from the scheduler's view of it (kept there, else looked up).
+  const sequence* record_of(const seq_status& st) const;
   /// `first + last` coasted steps; with `head`, the first steps' tokens go there and the
   /// result holds the last steps'.
   step_result coast_split(int first, int last, step_result* head);

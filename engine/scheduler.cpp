@@ -61,6 +61,10 @@ const seq_status* scheduler::find(seq_id id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
+void scheduler::set_user(seq_id id, void* user) {
+  if (auto it = seqs_.find(id); it != seqs_.end()) it->second.user = user;
+}
+
 std::vector<seq_status*> scheduler::ordered(bool running) { return running ? running_ : waiting_; }
 
 bool scheduler::steady_decode() const {

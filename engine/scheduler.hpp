@@ -62,6 +62,7 @@ struct seq_status {
   int preemptions = 0;
   std::uint64_t arrival = 0;
   std::uint64_t admitted_at = 0;
+  void* user = nullptr;  ///< the caller's own record of the sequence (engine_core's), kept for it
 };
 
 class scheduler {
@@ -93,6 +94,8 @@ class scheduler {
   std::int64_t tokens_in_flight() const { return in_flight_; }
   std::uint64_t preemptions() const { return preemptions_; }
   const seq_status* find(seq_id id) const;
+  /// Keeps the caller's record of a sequence with it (seq_status::user); nothing if unknown.
+  void set_user(seq_id id, void* user);
 
   // Steady decode, for modelled executors that run several steps between events: while
   // nothing waits and every running sequence decodes, the next steps are known in advance.
