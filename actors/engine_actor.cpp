@@ -284,31 +284,28 @@ void settle(stateful* self, bool wakeup = false) {
   ++st.coast_epoch;
   const caf::timespan elapsed = self->clock().now() - st.coast_from;
   const std::size_t done = st.coast_steps_ended(elapsed);
-  if (done > 0 && done < st.coast_ends.size()) {
-    // The steps that ended, sent now, and the step under way, applied as it was planned
-    // (before whatever this message adds) and ending when it would have: one pass.
-    auto [ended, under_way] = st.core->coast_and_one(static_cast<int>(done));
-    st.pending = std::move(ended);
-    send_outputs(self);
-    st.pending = std::move(under_way);
-    st.steps += done + 1;
-    self->delayed_send(self, st.coast_ends[done] - elapsed, step_atom::value);
-    return;
-  }
-  if (done > 0) {
-    st.pending = st.core->coast(static_cast<int>(done));
-    st.steps += done;
-  }
   if (done == st.coast_ends.size()) {
+    if (done > 0) {
+      st.pending = st.core->coast(static_cast<int>(done));
+      st.steps += done;
+    }
     // At its own wakeup the next stretch may coast too; settled by a message arriving at that
     // very time, the next step is an ordinary one, so what the message adds joins after it.
     deliver(self, /*may_coast=*/wakeup);
     return;
   }
-  send_outputs(self);
-  // The step under way, applied now as it was planned (before whatever this message adds).
-  st.pending = st.core->coast(1);
-  ++st.steps;
+  // The steps that ended are sent now; the step under way is applied as it was planned
+  // (before whatever this message adds) and ends when it would have. One pass for both.
+  if (done > 0) {
+    auto [ended, under_way] = st.core->coast_and_one(static_cast<int>(done));
+    st.pending = std::move(ended);
+    send_outputs(self);
+    st.pending = std::move(under_way);
+  } else {
+    send_outputs(self);
+    st.pending = st.core->coast(1);
+  }
+  st.steps += done + 1;
   self->delayed_send(self, st.coast_ends[done] - elapsed, step_atom::value);
 }
 

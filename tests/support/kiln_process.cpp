@@ -67,8 +67,6 @@ bool bindable(int port) {
   return ok;
 }
 
-}  // namespace
-
 // Claims a port for this test process until it exits: a lock on a file named for it, which
 // the kernel lets go with the process, so test binaries run side by side never hand out the
 // same port, and one killed mid-run leaves no claim behind.
@@ -87,6 +85,8 @@ bool claim(int port) {
   }
   return true;  // kept open: the claim lasts as long as this process
 }
+
+}  // namespace
 
 int free_port() {
   // Below the ephemeral range, each test process walking its own stretch from a start its pid
@@ -177,28 +177,24 @@ kiln_process::kiln_process(const std::string& config_toml, process_options opts)
     ::close(fd);
   }).detach();
   const auto at = banner.rfind(':', banner.find(" (region"));
-  if (banner.rfind("kiln serving on", 0) != 0 || at == std::string::npos)
-  {
-    if (wait_exit(3000) == -1 && pid_ > 0) {  // no banner: it has ended, or closed its stdout
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+  if (banner.rfind("kiln serving on", 0) != 0 || at == std::string::npos) {
+    wait_exit(3000);  // no banner: it has ended (or closed its stdout); let its stderr be complete
     std::ifstream f(stderr_path_);
     std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     if (err.size() > 2000) err = "..." + err.substr(err.size() - 2000);
-    pid_ = -1;
-    std::remove(config_path_.c_str());
-    if (own_stderr_) std::remove(stderr_path_.c_str());
-    if (own_store_) remove_store(store_path_);
+    stop_and_clean();
     throw std::runtime_error("kiln did not start: '" + banner + "'; it wrote: " + err);
   }
   port_ = std::atoi(banner.c_str() + at + 1);
 }
 
-kiln_process::~kiln_process() {
+kiln_process::~kiln_process() { stop_and_clean(); }
+
+void kiln_process::stop_and_clean() {
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
   std::remove(config_path_.c_str());
   if (own_stderr_) std::remove(stderr_path_.c_str());

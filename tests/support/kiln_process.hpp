@@ -36,6 +36,8 @@ class kiln_process {
   int wait_exit(int timeout_ms);
 
  private:
+  /// Kills the process if it still runs and removes its config, stderr and own store.
+  void stop_and_clean();
   pid_t pid_ = -1;
   int port_ = 0;
   std::string config_path_;
