@@ -159,19 +159,19 @@ void apply(stateful* self, const std::string& key, pool_gate::moves& m) {
     }
     // The router acknowledges at once; a router that died first (its mailbox included)
     // bounces the request back, and the client hears so now rather than never.
-    self->request(router, caf::infinite, r)
-        .then([] {},
-              [self, key, sink = r.sink, id = r.id, model = r.model](caf::error&) {
-                auto& st = self->state;
-                const auto now = self->clock().now();
-                st.ledger.release(request_released{id, {}, true, false, "", "", ""}, now);
-                st.gate_of.erase(id);
-                st.captured.erase(id);
-                pool_gate::moves more;
-                st.gate(key).end(id, now, more);
-                self->send(sink, stream_error{id, errc::unavailable, "The router of " + model + " was lost; retry.", "", 1});
-                apply(self, key, more);
-              });
+    // (What the bounce needs is taken before the request itself moves into the message.)
+    auto bounced = [self, key, sink = r.sink, id = r.id, model = r.model](caf::error&) {
+      auto& st = self->state;
+      const auto now = self->clock().now();
+      st.ledger.release(request_released{id, {}, true, false, "", "", ""}, now);
+      st.gate_of.erase(id);
+      st.captured.erase(id);
+      pool_gate::moves more;
+      st.gate(key).end(id, now, more);
+      self->send(sink, stream_error{id, errc::unavailable, "The router of " + model + " was lost; retry.", "", 1});
+      apply(self, key, more);
+    };
+    self->request(router, caf::infinite, std::move(r)).then([] {}, std::move(bounced));
   }
   for (auto& f : m.refused) {
     const request& r = f.r;
@@ -340,7 +340,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         if (st.capture) {
           const double t = std::chrono::duration<double>(now - st.started).count();
           st.captured[r.id] = {t, r.team, static_cast<std::uint8_t>(r.priority), r.conversation_id,
-                               config::block_hashes_of(r.prompt), static_cast<std::int32_t>(r.prompt.size()), 0};
+                               config::block_hashes_of(r.prompt.vec()), static_cast<std::int32_t>(r.prompt.size()), 0};
         }
         shadow(self, r);
         const std::string team = r.team, model = r.model;

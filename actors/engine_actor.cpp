@@ -68,7 +68,7 @@ std::variant<std::unique_ptr<engine::engine_core>, std::string> make_engine_core
 engine::engine_request engine_state::to_engine_request(const request& r, engine::seq_id seq) const {
   engine::engine_request e;
   e.id = seq;
-  e.prompt.assign(r.prompt.begin(), r.prompt.end());
+  e.prompt = r.prompt;
   e.sampling = r.sampling;
   if (e.sampling.max_tokens <= 0) e.sampling.max_tokens = default_max_tokens;
   e.prio = r.priority;

@@ -17,6 +17,7 @@
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "engine/token_list.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::actors {
@@ -115,7 +116,7 @@ struct request {
   std::string chat_json;
   std::int64_t created_unix = 0;  ///< when the front took it (the template's strftime_now)
   std::string prompt_text;  ///< /v1/completions: tokenized as it is, no template
-  std::vector<std::int32_t> prompt;
+  engine::token_list prompt;  ///< shared by the request's copies
   caf::actor sink;   ///< receives stream_tokens (or stream_batch), then one stream_end or stream_error
   /// Its end means the client went away and the request is cancelled wherever it runs (null:
   /// the sink's end). A sink shared by many requests (a front's) needs one per request.

@@ -44,7 +44,9 @@ std::string run_level(engine::engine_core& core, const load_test_plan& plan, int
   for (int i = 0; i < n; ++i) {
     engine::engine_request r;
     r.id = next_id++;
-    for (int k = 0; k < plan.prompt_tokens; ++k) r.prompt.push_back(token(rng));
+    std::vector<engine::token_id> prompt;
+    for (int k = 0; k < plan.prompt_tokens; ++k) prompt.push_back(token(rng));
+    r.prompt = std::move(prompt);
     r.sampling.max_tokens = plan.output_tokens;
     r.sampling.seed = r.id;
     r.cache_salt = r.id;  // no stream finds another's prefix: each is a fresh prompt

@@ -16,7 +16,7 @@ namespace {
 
 /// The scheduler's copy of a prompt, with room for the answer's tokens (up to a bound), so
 /// decoding does not move the whole sequence when it first grows.
-std::vector<token_id> with_room(const std::vector<token_id>& prompt, int max_tokens) {
+std::vector<token_id> with_room(const token_list& prompt, int max_tokens) {
   std::vector<token_id> v;
   v.reserve(prompt.size() + static_cast<std::size_t>(std::clamp(max_tokens, 0, 4096)));
   v.assign(prompt.begin(), prompt.end());
@@ -213,9 +213,11 @@ bool engine_core::prepare(step_result& result) {
     sched_.remove(id);
   }
   slots_.clear();
+  slot_status_.clear();
   for (const plan_item& item : plan_.items) {
     if (!item.samples) continue;
-    const sequence& s = seqs_.at(item.id);
+    const sequence& s = *record_of(*item.status);
+    slot_status_.push_back(item.status);
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
                       s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs});
   }
@@ -238,10 +240,11 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan_.items.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    auto it = seqs_.find(slots_[i].id);
-    if (it == seqs_.end()) continue;  // cancelled while the step ran
+    // A sequence cancelled while the step ran has no record any more (cancel() clears it).
+    auto* rec = static_cast<sequence*>(slot_status_[i]->user);
+    if (!rec) continue;
     const logprob_row* lp = i < exec.logprobs.size() && slots_[i].logprobs >= 0 ? &exec.logprobs[i] : nullptr;
-    seq_output out = advance(it->second, exec.tokens[i], lp);
+    seq_output out = advance(*rec, exec.tokens[i], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);

@@ -12,13 +12,14 @@
 #include "engine/executor.hpp"
 #include "engine/step_worker.hpp"
 #include "engine/scheduler.hpp"
+#include "engine/token_list.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace kiln::engine {
 
 struct engine_request {
   seq_id id = 0;
-  std::vector<token_id> prompt;
+  token_list prompt;
   sampling_params sampling;
   priority prio = priority::standard;
   std::uint64_t cache_salt = 0;  ///< prefix-cache partition, derived by the server from the team
@@ -142,6 +143,7 @@ class engine_core {
   // the step in progress
   step_plan plan_;
   std::vector<sample_slot> slots_;
+  std::vector<const seq_status*> slot_status_;  ///< the scheduler's record of each slot's sequence
   step_result pending_;
   step_execution exec_result_;
   bool in_flight_ = false;

@@ -52,7 +52,13 @@ bool scheduler::remove(seq_id id) {
   leave(it->second.running ? running_ : waiting_, &it->second);
   in_flight_ -= it->second.prompt_len + (it->second.max_tokens - it->second.generated);
   pool_.release_all(it->second.blocks);
-  seqs_.erase(it);
+  if (planned_) {
+    // The plan out for the step points at it: kept (not running) until the plan's update().
+    it->second.running = false;
+    retired_.push_back(seqs_.extract(it));
+  } else {
+    seqs_.erase(it);
+  }
   return true;
 }
 
@@ -256,6 +262,7 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
 }
 
 step_plan scheduler::schedule() {
+  retired_.clear();  // an earlier plan that was never applied points at none of them now
   step_plan plan;
   int budget = limits_.max_tokens_per_step;
   // 1. Decodes of running sequences: one token each, so streams keep flowing. A decode that
@@ -269,7 +276,7 @@ step_plan scheduler::schedule() {
       if (!make_room(need, s, priority::interactive, plan, budget)) continue;
       pool_.allocate_into(need, s->blocks);
     }
-    plan.items.push_back({s->id, 1, s->computed, false, true});
+    plan.items.push_back({s->id, 1, s->computed, false, true, -1, s});
     ++plan.decode_tokens;
     --budget;
   }
@@ -280,7 +287,7 @@ step_plan scheduler::schedule() {
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
     if (!s->running || (s->computed >= s->prompt_len && left <= 1)) continue;
     const int chunk = std::min(budget, left);
-    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left});
+    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
     budget -= chunk;
   }
@@ -305,10 +312,11 @@ step_plan scheduler::schedule() {
     if (!admit(*s, plan, budget)) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
     const int chunk = std::min(budget, left);
-    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left});
+    plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
     budget -= chunk;
   }
+  planned_ = !plan.empty();
   return plan;
 }
 
@@ -337,9 +345,14 @@ void scheduler::update(const step_plan& plan, std::span<const token_id> sampled)
   for (const plan_item& item : plan.items) {
     if (item.samples && next >= sampled.size()) break;
     const token_id tok = item.samples ? sampled[next++] : 0;
-    auto it = seqs_.find(item.id);
-    if (it == seqs_.end() || !it->second.running) continue;  // removed meanwhile
-    seq_status& s = it->second;
+    seq_status* found = item.status;
+    if (!found) {  // a plan made by hand
+      auto it = seqs_.find(item.id);
+      if (it == seqs_.end()) continue;
+      found = &it->second;
+    }
+    if (!found->running) continue;
+    seq_status& s = *found;
     s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + item.tokens);
     publish_full_blocks(s);
     if (item.samples) {
@@ -349,6 +362,8 @@ void scheduler::update(const step_plan& plan, std::span<const token_id> sampled)
       if (s.generated > s.progress_mark) s.guarded = false;
     }
   }
+  planned_ = false;
+  retired_.clear();
 }
 
 }  // namespace kiln::engine

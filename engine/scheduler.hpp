@@ -23,6 +23,8 @@ struct scheduler_limits {
 };
 
 /// One sequence's work in a step.
+struct seq_status;
+
 struct plan_item {
   seq_id id = 0;
   int tokens = 0;          ///< tokens computed: a prompt chunk, or 1 for a decode
@@ -32,6 +34,9 @@ struct plan_item {
   /// >= 0: the executor also returns each row's next prompt token's log-probability, with
   /// this many alternatives (prompt_logprobs_part)
   int prompt_logprobs = -1;
+  /// The scheduler's record of the sequence, valid until the plan's update() (one removed
+  /// meanwhile is kept, no longer running, until then).
+  seq_status* status = nullptr;
 };
 
 struct step_plan {
@@ -81,6 +86,7 @@ class scheduler {
 
   step_plan schedule();
   /// Applies a plan the executor ran; `sampled` has one token per sampling item, in order.
+  /// A sequence removed since the plan was made is skipped.
   void update(const step_plan& plan, std::span<const token_id> sampled);
 
   /// Sequences that outgrew the whole pool (they could never run again): the caller ends
@@ -153,6 +159,9 @@ class scheduler {
   kv_block_pool pool_;
   bulk_scratch bulk_;
   std::map<seq_id, seq_status> seqs_;  ///< node-based: the orders below point into it
+  /// Removed while a plan was out (its items point at them): freed at the plan's update().
+  std::vector<std::map<seq_id, seq_status>::node_type> retired_;
+  bool planned_ = false;
   std::vector<seq_status*> running_;   ///< in serving order: tier, then admission
   std::vector<seq_status*> waiting_;   ///< in admission order: tier, then arrival
   std::uint64_t next_arrival_ = 0;

@@ -37,8 +37,9 @@ std::vector<actors::request> requests(int n) {
   std::mt19937_64 rng(11);
   for (auto& r : out) {
     r.team = "search";
-    r.prompt.resize(1200);
-    for (auto& t : r.prompt) t = static_cast<std::int32_t>(rng() % 32000);
+    std::vector<std::int32_t> prompt(1200);
+    for (auto& t : prompt) t = static_cast<std::int32_t>(rng() % 32000);
+    r.prompt = std::move(prompt);
     r.sampling.max_tokens = 300;
   }
   return out;

@@ -149,6 +149,27 @@ TEST_CASE("scheduler: removing a sequence mid-step is harmless to update") {
   CHECK(s.schedule().empty());
 }
 
+TEST_CASE("scheduler: a sequence removed mid-step and added again under its id is not the plan's") {
+  scheduler s({100, 8}, 64, 4);
+  s.add(1, priority::standard, toks(4), 5);
+  s.add(2, priority::standard, toks(6, 50), 5);
+  const step_plan plan = s.schedule();
+  REQUIRE(plan.items.size() == 2);
+  CHECK(s.remove(1));
+  REQUIRE(s.add(1, priority::standard, toks(8, 90), 3));  // the same id, a new sequence
+  apply(s, plan);
+  const seq_status* again = s.find(1);
+  REQUIRE(again);
+  CHECK_FALSE(again->running);  // waiting: the old plan's prefill was not applied to it
+  CHECK(again->computed == 0);
+  CHECK(again->generated == 0);
+  const seq_status* other = s.find(2);
+  REQUIRE(other);
+  CHECK(other->computed == 6);
+  CHECK(other->generated == 1);
+  CHECK(s.tokens_in_flight() == (6 + 4) + (8 + 3));
+}
+
 TEST_CASE("scheduler: decoding outgrows the pool: the latest admitted is preempted and recomputed") {
   // Six usable blocks of 4 tokens. A and B hold 2 blocks each after their prompts and grow.
   scheduler s({64, 4}, /*num_blocks=*/7, /*block_size=*/4);
