@@ -50,6 +50,26 @@ void check_error(const http_response& r, int status, const std::string& param = 
   CHECK(request(server().port(), "GET", "/healthz").status == 200);
 }
 
+// On an idle server: a client that goes away mid-stream frees its engine slot and its stream.
+void check_vanished_client(int port) {
+  auto c = std::make_unique<http_conn>(port);
+  c->send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 20000), kAuth));
+  REQUIRE(c->read_head().status == 200);
+  REQUIRE_FALSE(c->read_some().empty());
+  CHECK(metric(port, "kiln_engine_running_sequences") == 1);
+  CHECK(metric(port, "kiln_open_streams") == 1);
+  c.reset();  // the client goes away
+  double running = 1;
+  for (int i = 0; i < 100 && running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    running = metric(port, "kiln_engine_running_sequences");
+  }
+  CHECK(running == 0);
+  CHECK(metric(port, "kiln_engine_tokens_in_flight") == 0);
+  CHECK(metric(port, "kiln_open_streams") == 0);
+  CHECK(metric(port, "kiln_requests_total{status=\"499\"}") >= 1);
+}
+
 }  // namespace
 
 TEST_CASE("e2e: a streamed completion: role, content deltas, finish, usage, [DONE]") {
@@ -193,22 +213,43 @@ TEST_CASE("e2e: a client that disconnects mid-stream frees its engine slot") {
   for (int i = 0; i < 200 && metric(port, "kiln_engine_running_sequences") > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   REQUIRE(metric(port, "kiln_engine_running_sequences") == 0);
-  auto c = std::make_unique<http_conn>(port);
-  c->send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 20000), kAuth));
-  REQUIRE(c->read_head().status == 200);
-  REQUIRE_FALSE(c->read_some().empty());
-  CHECK(metric(port, "kiln_engine_running_sequences") == 1);
-  CHECK(metric(port, "kiln_open_streams") == 1);
-  c.reset();  // the client goes away
-  double running = 1;
-  for (int i = 0; i < 100 && running > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    running = metric(port, "kiln_engine_running_sequences");
+  check_vanished_client(port);
+}
+
+// Several I/O threads: the hub posts each stream's events to its connection's strand (with one
+// I/O thread, the default, it posts a step's batch to that thread whole).
+TEST_CASE("e2e: with two I/O threads, concurrent streams carry their whole answers in order; a client gone frees its slot") {
+  kiln_process p(with_server(test_config(2), "io_threads = 2\n"));
+  const int port = p.port();
+  constexpr int kStreams = 24;
+  std::vector<std::string> streamed(kStreams), whole(kStreams);
+  std::vector<int> counted(kStreams, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string seed = ",\"seed\":" + std::to_string(100 + i);
+      const http_response r = request(port, "POST", "/v1/chat/completions", chat_body(true, 20 + i, seed), kAuth);
+      const auto ev = sse_data(r.body);
+      if (r.status != 200 || ev.size() < 4 || ev.back() != "[DONE]") return;
+      for (std::size_t k = 1; k + 3 < ev.size(); ++k) {
+        const json c = json::parse(ev[k], nullptr, false);
+        if (!c.is_discarded()) streamed[i] += c["choices"][0]["delta"]["content"].get<std::string>();
+      }
+      const json usage = json::parse(ev[ev.size() - 2], nullptr, false);
+      if (!usage.is_discarded()) counted[i] = usage["usage"]["completion_tokens"].get<int>();
+      const json c = json::parse(request(port, "POST", "/v1/chat/completions", chat_body(false, 20 + i, seed), kAuth).body,
+                                 nullptr, false);
+      if (!c.is_discarded()) whole[i] = c["choices"][0]["message"]["content"].get<std::string>();
+    });
   }
-  CHECK(running == 0);
-  CHECK(metric(port, "kiln_engine_tokens_in_flight") == 0);
-  CHECK(metric(port, "kiln_open_streams") == 0);
-  CHECK(metric(port, "kiln_requests_total{status=\"499\"}") >= 1);
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    CAPTURE(i);
+    CHECK(counted[i] == 20 + i);
+    CHECK_FALSE(streamed[i].empty());
+    CHECK(streamed[i] == whole[i]);  // every token once, in order
+  }
+  check_vanished_client(port);
 }
 
 TEST_CASE("e2e: SIGTERM lets open streams finish, refuses new connections, exits 0") {
