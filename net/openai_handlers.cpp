@@ -69,7 +69,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     const std::string safe = tools_ ? tools_->feed(ev.text) : std::string();
     const std::string& text = tools_ ? safe : ev.text;
     if (!text.empty() || (want_lp_ && !ev.logprobs.empty()))
-      append_content_event(sse_, content_prefix_, text, want_lp_ ? lp_.chunk_suffix(ev.logprobs) : content_suffix(meta_));
+      content_event(text, want_lp_, ev.logprobs);
     flush();
   }
 
@@ -156,8 +156,14 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     content_prefix_ = content_event_prefix(meta_);
     if (!meta_.text_completion) append_sse_event(sse_, chunk_role_json(meta_));
     if (!echo_.empty())
-      append_content_event(sse_, content_prefix_, std::exchange(echo_, {}),
-                           want_lp_ && !prompt_logprobs.empty() ? lp_.chunk_suffix(prompt_logprobs) : content_suffix(meta_));
+      content_event(std::exchange(echo_, {}), want_lp_ && !prompt_logprobs.empty(), prompt_logprobs);
+  }
+  // One content event; with `with_lp` its chunk carries these log-probabilities. (Two calls,
+  // not one with a ?: whose std::string result would copy the constant suffix: an
+  // allocation per token.)
+  void content_event(std::string_view text, bool with_lp, const std::vector<engine::token_logprob>& lps) {
+    if (with_lp) append_content_event(sse_, content_prefix_, text, lp_.chunk_suffix(lps));
+    else append_content_event(sse_, content_prefix_, text, content_suffix(meta_));
   }
   void flush() {
     ex_->stream(sse_);
