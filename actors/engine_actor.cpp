@@ -174,13 +174,16 @@ void send_batches(stateful* self, std::vector<std::pair<caf::actor, stream_batch
   by_sink.clear();
 }
 
-void add_tokens(std::vector<std::pair<caf::actor, stream_batch>>& by_sink, const caf::actor& sink, stream_tokens ev) {
+// `expected`: how many the step may still add (its outputs left), so a sink's batch grows once.
+void add_tokens(std::vector<std::pair<caf::actor, stream_batch>>& by_sink, const caf::actor& sink, stream_tokens ev,
+                std::size_t expected) {
   for (auto& [s, b] : by_sink)
     if (s == sink) {
       b.items.push_back(std::move(ev));
       return;
     }
   by_sink.emplace_back(sink, stream_batch{});
+  by_sink.back().second.items.reserve(expected);
   by_sink.back().second.items.push_back(std::move(ev));
 }
 
@@ -224,7 +227,8 @@ void send_outputs(stateful* self) {
       add_tokens(by_sink, j.sink,
                  stream_tokens{j.id, std::move(text), j.unsent + out.new_tokens, first ? out.usage.prompt_tokens : -1,
                                first ? out.usage.cached_tokens : -1, std::move(out.logprobs),
-                               std::move(out.prompt_logprobs)});
+                               std::move(out.prompt_logprobs)},
+                 st.coast ? 0 : st.pending.outputs.size() - k);  // a coasting engine sends few
       j.unsent = 0;
       j.unsent_text.clear();
     }

@@ -239,6 +239,7 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
   for (const auto& part : exec.prompt_logprobs) keep_prompt_logprobs(part);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan_.items.size());
+  result.outputs.reserve(result.outputs.size() + slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     // A sequence cancelled while the step ran has no record any more (cancel() clears it).
     auto* rec = static_cast<sequence*>(slot_status_[i]->user);

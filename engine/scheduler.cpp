@@ -71,7 +71,11 @@ void scheduler::set_user(seq_id id, void* user) {
   if (auto it = seqs_.find(id); it != seqs_.end()) it->second.user = user;
 }
 
-std::vector<seq_status*> scheduler::ordered(bool running) { return running ? running_ : waiting_; }
+const std::vector<seq_status*>& scheduler::ordered(bool running) {
+  auto& walk = running ? run_walk_ : wait_walk_;
+  walk = running ? running_ : waiting_;  // assignment keeps the copy's capacity
+  return walk;
+}
 
 bool scheduler::steady_decode() const {
   if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return false;
@@ -264,10 +268,11 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
 step_plan scheduler::schedule() {
   retired_.clear();  // an earlier plan that was never applied points at none of them now
   step_plan plan;
+  plan.items.reserve(running_.size() + std::min<std::size_t>(waiting_.size(), 8));  // grown once, not per item
   int budget = limits_.max_tokens_per_step;
   // 1. Decodes of running sequences: one token each, so streams keep flowing. A decode that
   //    needs a new block may preempt the lowest-ranked running sequence (possibly itself).
-  const std::vector<seq_status*> running = ordered(true);
+  const std::vector<seq_status*>& running = ordered(true);
   for (seq_status* s : running) {
     if (budget == 0) break;
     if (!s->running || s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) continue;

@@ -138,7 +138,9 @@ class scheduler {
   /// index of the first new one.
   std::size_t key_full_blocks(seq_status& s);
   void publish_full_blocks(seq_status& s);
-  std::vector<seq_status*> ordered(bool running);
+  /// A copy of the running (or waiting) order that schedule() walks while it changes the
+  /// order itself; kept in a member so that a step allocates nothing for it.
+  const std::vector<seq_status*>& ordered(bool running);
 
   /// A sequence's block change at a step of a stretch: a block it grows into, or one it fills
   /// (`key`: the filled block's key, an index into `ahead`).
@@ -162,6 +164,7 @@ class scheduler {
   /// Removed while a plan was out (its items point at them): freed at the plan's update().
   std::vector<std::map<seq_id, seq_status>::node_type> retired_;
   bool planned_ = false;
+  std::vector<seq_status*> run_walk_, wait_walk_;  ///< ordered()'s copies
   std::vector<seq_status*> running_;   ///< in serving order: tier, then admission
   std::vector<seq_status*> waiting_;   ///< in admission order: tier, then arrival
   std::uint64_t next_arrival_ = 0;
