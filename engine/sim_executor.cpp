@@ -3,11 +3,27 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/wide_loop.hpp"
 #include "kernels/reference/sampling.hpp"
 
 namespace kiln::engine {
 
 using kernels::reference::mix64;
+
+namespace {
+
+// An answer's tokens `first`.. `first + out.size()` before its end: any vocabulary token but
+// eos (ids 1 .. span), the top 32 bits of a seeded draw scaled into the range by a multiply,
+// not a division (the simulator makes every answer token this way).
+KILN_WIDE_LOOP void answer_tokens(std::uint64_t answer_seed, int first, std::uint64_t span, token_id* out, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto position = static_cast<std::uint64_t>(first) + k;
+    const std::uint64_t r = mix64(answer_seed ^ mix64(position + 1));
+    out[k] = 1 + static_cast<token_id>(((r >> 32) * span) >> 32);
+  }
+}
+
+}  // namespace
 
 sim_executor::sim_executor(cost_model model, sim_text text, int vocab_size, token_id eos)
     : model_(std::move(model)), text_(text), vocab_size_(std::max(2, vocab_size)), eos_(eos) {
@@ -41,13 +57,7 @@ void sim_executor::tokens_at(std::uint64_t answer_seed, int first, std::span<tok
   const auto span = static_cast<std::uint64_t>(vocab_size_ - 1);
   // Up to the natural end, then eos.
   const std::size_t before_end = static_cast<std::size_t>(std::clamp(natural - first, 0, static_cast<int>(out.size())));
-  for (std::size_t k = 0; k < before_end; ++k) {
-    const auto position = static_cast<std::uint64_t>(first) + k;
-    const std::uint64_t r = mix64(answer_seed ^ mix64(position + 1));
-    // Any vocabulary token but eos (ids 1 .. vocab-1): the top 32 bits scaled into the range
-    // by a multiply, not a division (the simulator makes every answer token this way).
-    out[k] = 1 + static_cast<token_id>(((r >> 32) * span) >> 32);
-  }
+  answer_tokens(answer_seed, first, span, out.data(), before_end);
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(before_end), out.end(), eos_);
 }
 

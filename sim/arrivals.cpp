@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "engine/wide_loop.hpp"
 #include "engine/tagged_index.hpp"
 #include "sim/traces.hpp"
 
@@ -169,8 +170,8 @@ namespace {
 /// Tokens `from`.. `from + n` of the run of tokens named by `base`, written at `out`: one
 /// multiply-xorshift round over a Weyl sequence, then a multiply (not a division) into
 /// [2, 2 + v). The simulator makes every prompt token this way, about 70 million for a
-/// 10-minute fleet run, so the loop stays free of bounds checks and growth.
-void fill_tokens(std::int32_t* out, std::uint64_t base, std::size_t from, std::size_t n, std::uint64_t v) {
+/// 10-minute fleet run, so the loop stays free of bounds checks and growth (and wide).
+KILN_WIDE_LOOP void fill_tokens(std::int32_t* out, std::uint64_t base, std::size_t from, std::size_t n, std::uint64_t v) {
   constexpr std::uint64_t kWeyl = 0x9E3779B97F4A7C15ull;
   std::uint64_t w = base + from * kWeyl;
   for (std::size_t j = 0; j < n; ++j, w += kWeyl) {

@@ -157,6 +157,36 @@ TEST_CASE("arrivals: teams by weight and multiplier, their system prompts, and c
   CHECK(std::holds_alternative<std::string>(make_arrivals(s, 1)));
 }
 
+TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a block's run starts") {
+  // prompt_of writes in wide runs (a vector body and a scalar tail): every length cuts the
+  // same tokens, and a block's tokens are the same wherever it sits.
+  arrival whole;
+  whole.block_tokens = 37;  // runs whose lengths cross every vector width's boundary
+  whole.blocks = {11, 22, 33, 44};
+  whole.prompt_tokens = 37 * 4 + 29;  // and a tail past the blocks: the request's own tokens
+  const auto all = prompt_of(whole, 50);
+  REQUIRE(all.size() == static_cast<std::size_t>(whole.prompt_tokens));
+  for (const auto t : all) {
+    CHECK(t >= 2);
+    CHECK(t < 50);
+  }
+  for (int n = 0; n <= whole.prompt_tokens; ++n) {
+    arrival cut = whole;
+    cut.prompt_tokens = n;
+    const auto some = prompt_of(cut, 50);
+    REQUIRE(some.size() == static_cast<std::size_t>(n));
+    CHECK(std::equal(some.begin(), some.end(), all.begin()));
+  }
+  arrival moved = whole;
+  moved.blocks = {33, 11};
+  moved.prompt_tokens = 37 * 2;
+  const auto m = prompt_of(moved, 50);
+  CHECK(std::equal(m.begin(), m.begin() + 37, all.begin() + 2 * 37));
+  CHECK(std::equal(m.begin() + 37, m.end(), all.begin()));
+  // Not one token repeated over the whole prompt: the run draws, it does not copy.
+  CHECK(std::count(all.begin(), all.end(), all.front()) < static_cast<long>(all.size()));
+}
+
 TEST_CASE("arrivals: the oracle hit rate counts each request's longest prefix an earlier one began with") {
   arrival a, b, c;
   a.prompt_tokens = b.prompt_tokens = 48;
