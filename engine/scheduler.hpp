@@ -22,9 +22,9 @@ struct scheduler_limits {
   int kv_reserve_blocks = 0;       ///< free blocks that must remain when a sequence is admitted
 };
 
-/// One sequence's work in a step.
 struct seq_status;
 
+/// One sequence's work in a step.
 struct plan_item {
   seq_id id = 0;
   int tokens = 0;          ///< tokens computed: a prompt chunk, or 1 for a decode

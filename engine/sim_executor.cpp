@@ -12,7 +12,7 @@ using kernels::reference::mix64;
 
 namespace {
 
-// An answer's tokens `first`.. `first + out.size()` before its end: any vocabulary token but
+// An answer's tokens `first`.. `first + n` (all before its end): any vocabulary token but
 // eos (ids 1 .. span), the top 32 bits of a seeded draw scaled into the range by a multiply,
 // not a division (the simulator makes every answer token this way).
 KILN_WIDE_LOOP void answer_tokens(std::uint64_t answer_seed, int first, std::uint64_t span, token_id* out, std::size_t n) {
