@@ -213,11 +213,9 @@ bool engine_core::prepare(step_result& result) {
     sched_.remove(id);
   }
   slots_.clear();
-  slot_status_.clear();
   for (const plan_item& item : plan_.items) {
     if (!item.samples) continue;
     const sequence& s = *record_of(*item.status);
-    slot_status_.push_back(item.status);
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
                       s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs});
   }
@@ -240,12 +238,15 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan_.items.size());
   result.outputs.reserve(result.outputs.size() + slots_.size());
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
+  std::size_t i = 0;  // slots_ are the plan's sampling items, in order
+  for (const plan_item& item : plan_.items) {
+    if (!item.samples) continue;
+    const std::size_t slot = i++;
     // A sequence cancelled while the step ran has no record any more (cancel() clears it).
-    auto* rec = static_cast<sequence*>(slot_status_[i]->user);
+    auto* rec = static_cast<sequence*>(item.status->user);
     if (!rec) continue;
-    const logprob_row* lp = i < exec.logprobs.size() && slots_[i].logprobs >= 0 ? &exec.logprobs[i] : nullptr;
-    seq_output out = advance(*rec, exec.tokens[i], lp);
+    const logprob_row* lp = slot < exec.logprobs.size() && slots_[slot].logprobs >= 0 ? &exec.logprobs[slot] : nullptr;
+    seq_output out = advance(*rec, exec.tokens[slot], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);

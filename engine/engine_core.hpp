@@ -143,7 +143,6 @@ class engine_core {
   // the step in progress
   step_plan plan_;
   std::vector<sample_slot> slots_;
-  std::vector<const seq_status*> slot_status_;  ///< the scheduler's record of each slot's sequence
   step_result pending_;
   step_execution exec_result_;
   bool in_flight_ = false;

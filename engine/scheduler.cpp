@@ -350,14 +350,8 @@ void scheduler::update(const step_plan& plan, std::span<const token_id> sampled)
   for (const plan_item& item : plan.items) {
     if (item.samples && next >= sampled.size()) break;
     const token_id tok = item.samples ? sampled[next++] : 0;
-    seq_status* found = item.status;
-    if (!found) {  // a plan made by hand
-      auto it = seqs_.find(item.id);
-      if (it == seqs_.end()) continue;
-      found = &it->second;
-    }
-    if (!found->running) continue;
-    seq_status& s = *found;
+    seq_status& s = *item.status;
+    if (!s.running) continue;  // removed (or preempted) since the plan was made
     s.computed = std::min(static_cast<int>(s.tokens.size()), s.computed + item.tokens);
     publish_full_blocks(s);
     if (item.samples) {
