@@ -76,7 +76,19 @@ engine::engine_request engine_state::to_engine_request(const request& r, engine:
   return e;
 }
 
+void engine_state::take_quiet(job& j, std::uint64_t before, std::uint64_t after) {
+  j.unsent += static_cast<std::int32_t>(before - j.quiet_base);
+  j.quiet_base = after;
+}
+
+engine::usage engine_state::usage_of(const job& j) const {
+  engine::usage u = j.usage;
+  u.completion_tokens += static_cast<int>(quiet_steps - j.quiet_base);
+  return u;
+}
+
 void engine_state::flush(job& j) {
+  take_quiet(j, quiet_steps, quiet_steps);
   if (j.unsent == 0 && j.unsent_text.empty()) return;
   caf::anon_send(j.sink, stream_tokens{j.id, std::move(j.unsent_text), j.unsent, -1, -1, {}, {}});
   j.unsent = 0;
@@ -90,9 +102,16 @@ std::size_t engine_state::coast_steps_ended(caf::timespan elapsed) const {
 engine_state::~engine_state() {
   if (coasting && core && clock) {
     const std::size_t done = coast_steps_ended(clock->now() - coast_from);
-    if (done > 0)
-      for (auto& out : core->coast(static_cast<int>(done)).outputs)
-        if (auto it = jobs.find(out.id); it != jobs.end()) it->second.unsent += out.new_tokens;
+    if (done > 0) {
+      const engine::step_result ended = core->coast(static_cast<int>(done));
+      const std::uint64_t before = quiet_steps;
+      quiet_steps += static_cast<std::uint64_t>(ended.quiet_steps);
+      for (const auto& out : ended.outputs)
+        if (auto it = jobs.find(out.id); it != jobs.end()) {
+          take_quiet(it->second, before, quiet_steps);
+          it->second.unsent += out.new_tokens;
+        }
+    }
   }
   for (auto& [seq, j] : jobs) flush(j);
 }
@@ -153,8 +172,9 @@ void fail_all(stateful* self, const std::string& why) {
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
   for (auto& [seq, j] : st.jobs) {
     st.core->cancel(seq);
-    engine_state::flush(j);
-    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why, j.usage);
+    const engine::usage used = st.usage_of(j);
+    st.flush(j);
+    report_failure(self, j.id, j.attempt, j.owner, j.sink, errc::engine_failed, "The engine failed: " + why, used);
   }
   st.jobs.clear();
   st.by_request.clear();
@@ -207,11 +227,14 @@ void send_outputs(stateful* self) {
   const auto now = self->clock().now();
   std::vector<std::pair<caf::actor, stream_batch>> by_sink;
   std::vector<std::size_t> finished;  // indexes into pending.outputs
+  const std::uint64_t quiet_before = st.quiet_steps;
+  st.quiet_steps += static_cast<std::uint64_t>(st.pending.quiet_steps);
   for (std::size_t k = 0; k < st.pending.outputs.size(); ++k) {
     auto& out = st.pending.outputs[k];
     auto it = st.jobs.find(out.id);
     if (it == st.jobs.end()) continue;  // cancelled while the step ran
     auto& j = it->second;
+    engine_state::take_quiet(j, quiet_before, st.quiet_steps);
     j.usage = out.usage;
     const bool first = j.ttft_ms < 0 && out.new_tokens > 0;
     if (first) {
@@ -388,7 +411,8 @@ caf::behavior serving(stateful* self) {
         const caf::actor client = r.client ? r.client : r.sink;
         watch(self, client);
         watch(self, r.owner);
-        st.jobs[seq] = {r.id, r.sink, r.owner, client, r.attempt, self->clock().now(), -1, {}, 0, {}};
+        auto& j = st.jobs[seq] = {r.id, r.sink, r.owner, client, r.attempt, self->clock().now(), -1, {}, 0, {}, 0};
+        st.start_quiet(j);
         st.by_request[r.id] = seq;
         if (!st.stepping) start_step(self);
         st.publish();
@@ -398,7 +422,7 @@ caf::behavior serving(stateful* self) {
         auto& st = self->state;
         auto it = st.by_request.find(c.id);
         if (it == st.by_request.end()) return;
-        if (auto j = st.jobs.find(it->second); j != st.jobs.end()) engine_state::flush(j->second);
+        if (auto j = st.jobs.find(it->second); j != st.jobs.end()) st.flush(j->second);
         st.core->cancel(it->second);
         forget(st, it->second);
         st.publish();
@@ -461,7 +485,7 @@ int engine_state::cancel_client(caf::event_based_actor* self, const caf::actor_a
     }
     core->cancel(it->first);
     if (j.owner && !gone_owners.count(j.owner.address())) {
-      self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, j.usage, who.replica_id, 0});
+      self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, usage_of(j), who.replica_id, 0});
     }
     by_request.erase(j.id);
     it = jobs.erase(it);

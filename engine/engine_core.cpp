@@ -313,40 +313,28 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
     sim->tokens_at(batch[i]->answer_seed, from, out);
   });
   result.batch_size = static_cast<int>(batch.size());
-  result.outputs.reserve(batch.size());
-  if (head) {
+  result.quiet_steps = head ? last : steps;
+  if (head) {  // none of the head's steps ends a sequence: no outputs
     head->batch_size = result.batch_size;
-    head->outputs.reserve(batch.size());
+    head->quiet_steps = first;
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     sequence& s = *batch[i];
     const seq_status* st = order[i];
-    const seq_id id = st->id;
-    if (head) {  // the head's tokens: none of them ends a sequence
-      s.generated += first;
-      seq_output early;
-      early.id = id;
-      early.new_tokens = first;
-      early.usage = usage_of(s);
-      head->outputs.push_back(std::move(early));
-      s.generated += last;
-    } else {
-      s.generated += steps;
-    }
+    s.generated += steps;
+    finish_reason finish = finish_reason::none;
+    if (!st->tokens.empty() && st->tokens.back() == tok_->eos()) finish = finish_reason::stop;
+    else if (s.generated >= s.req.sampling.max_tokens) finish = finish_reason::length;
+    if (finish == finish_reason::none) continue;
     seq_output out;
-    out.id = id;
+    out.id = st->id;
     out.new_tokens = head ? last : steps;
-    if (!st->tokens.empty() && st->tokens.back() == tok_->eos()) out.finish = finish_reason::stop;
-    else if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
-    if (out.finish != finish_reason::none) {  // what the text held back goes with the end
-      out.text = s.text.substr(s.emitted);
-      s.emitted = s.text.size();
-    }
+    out.finish = finish;
+    out.text = s.text.substr(s.emitted);  // what the text held back goes with the end
+    s.emitted = s.text.size();
     out.usage = usage_of(s);
-    if (out.finish != finish_reason::none) {
-      sched_.remove(id);
-      seqs_.erase(id);
-    }
+    sched_.remove(out.id);
+    seqs_.erase(out.id);
     result.outputs.push_back(std::move(out));
   }
   return result;

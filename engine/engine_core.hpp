@@ -46,6 +46,9 @@ struct step_result {
   double seconds = 0;    ///< the executor's step time
   int batch_size = 0;    ///< sequences in the step
   std::vector<seq_output> outputs;
+  /// A coast's: every running sequence without an output here decoded this many tokens
+  /// (each coasted step gives each one token; only a sequence that ends has an output).
+  int quiet_steps = 0;
   std::string error;     ///< the executor failed: nothing advanced
 };
 
@@ -76,8 +79,9 @@ class engine_core {
   /// up to and including the first step that ends a sequence (at most `max_steps`); empty when
   /// the next step is not one of these.
   std::vector<double> coast_times(int max_steps) const;
-  /// Runs `steps` such steps at once, as that many step() calls would but without text: each
-  /// sequence's new tokens, and the finishes (only the last step ends sequences).
+  /// Runs `steps` such steps at once, as that many step() calls would but without text: an
+  /// output for each sequence that ends (only the last step ends sequences) and for the others
+  /// only the count, `quiet_steps` (each decoded one token a step).
   step_result coast(int steps);
   /// coast(steps) then coast(1) in one pass over the batch, as two results: the first
   /// `steps` steps' tokens (`steps` short of the coast's end, so nothing finishes in them),

@@ -151,6 +151,48 @@ TEST_CASE("lifecycle: an engine that fails (a device error): before the first to
   CHECK_FALSE(f.chaos(chaos_target::router, "chat-7b@v1", chaos_action::fail));
 }
 
+TEST_CASE("lifecycle: an engine that fails or is cancelled mid-coast streams and bills exactly what a step-by-step one does") {
+  // A coasting engine (the simulator's) counts most of its streams' tokens only when it has
+  // to: a failure, a cancel or its end must still send and bill every token that had ended.
+  config::tenancy t;
+  config::team_config search;
+  search.name = "search";
+  search.limits.push_back({"chat-7b", 60000, 100000, 0, 0});
+  t.teams = {search};
+  t.index();
+  struct outcome {
+    std::vector<int> streamed;
+    double fill = 0;
+  };
+  auto run = [&](bool coast) {
+    auto c = node_config(1, 60000, 2100);
+    c.pools[0].coast_steps = coast;
+    test::node_fixture f(c, std::make_shared<const config::tenancy>(t));
+    std::vector<test::node_fixture::open_request> rs;
+    for (int i = 0; i < 3; ++i) rs.push_back(f.submit(2000, "long answer " + std::to_string(i), 30 + i));
+    f.vt.run_for(1000ms);
+    for (int i = 3; i < 6; ++i) rs.push_back(f.submit(2000, "long answer " + std::to_string(i), 30 + i));
+    f.vt.run_for(500ms);
+    REQUIRE(f.in_engines() == 6);
+    actors::stop_sink(rs[1].sink);  // a client gone mid-coast: its request is cancelled
+    f.vt.run_for(1100ms);           // the other two of the first three time out (cancelled, with an error event)
+    REQUIRE(rs[0].rec->errors.size() == 1);
+    REQUIRE(f.in_engines() == 3);
+    REQUIRE(f.chaos(chaos_target::engine, f.busy_replica(), chaos_action::fail));  // the last three fail
+    REQUIRE(f.vt.run_until([&] { return rs[3].rec->terminal() && rs[4].rec->terminal() && rs[5].rec->terminal(); }, 10s));
+    outcome o;
+    for (const auto& r : rs) o.streamed.push_back(tokens_of(*r.rec));
+    o.streamed[1] = 0;  // a coasting engine holds a stream's tokens after its first; this client left
+    o.fill = f.gauges->buckets().at({"search", "chat-7b"});
+    return o;
+  };
+  const outcome stepwise = run(false), coasting = run(true);
+  CHECK(stepwise.streamed[0] > 20);
+  CHECK(coasting.streamed == stepwise.streamed);
+  CHECK(coasting.fill == stepwise.fill);  // the same tokens billed to the team
+  CHECK(coasting.fill < 1);
+}
+
 TEST_CASE("lifecycle: the retry budget caps retries in flight; the rest get 503 with Retry-After") {
   std::vector<std::string> expected;
   {

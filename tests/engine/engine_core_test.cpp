@@ -299,7 +299,15 @@ TEST_CASE("engine core: coasting through steady decode equals stepping, step for
         while (n < static_cast<int>(times.size()) && time_b + t + times[static_cast<std::size_t>(n)] <= time_a + 1e-12)
           t += times[static_cast<std::size_t>(n++)];
         if (n == 0) n = 1, t = times[0];
+        std::vector<seq_id> batch;
+        for (const seq_status* st : coaster->sched().running_view()) batch.push_back(st->id);
         b = coaster->coast(n);
+        CHECK(b.quiet_steps == n);
+        // Only the sequences that end have an output; each of the others decoded n tokens.
+        for (const seq_id q : batch)
+          if (std::none_of(b.outputs.begin(), b.outputs.end(), [&](const seq_output& o) { return o.id == q; }))
+            tokens_b[q] += b.quiet_steps;
+        for (const auto& o : b.outputs) CHECK(o.finish != finish_reason::none);
         time_b += t;
         coasted += n > 1;
       } else {

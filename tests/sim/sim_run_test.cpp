@@ -273,7 +273,7 @@ TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are
   CHECK(e.str().find("none.csv") != std::string::npos);
 }
 
-TEST_CASE("sim: coasting engines give exactly what step-by-step engines give, through kills and refusals") {
+TEST_CASE("sim: coasting engines give exactly what step-by-step engines give, through kills, failures and refusals") {
   scenario s = parse(kChat + R"(
 [[arrivals.teams]]
 name = "noisy"
@@ -293,6 +293,11 @@ action = "slow"
 target = "engine"
 seconds = 3
 factor = 4
+[[events]]
+at_s = 27.3
+action = "fail"
+target = "engine"
+count = 2
 )");
   std::size_t mid = 0, refused = 0;
   for (std::uint64_t seed : {1, 2, 3, 4}) {
