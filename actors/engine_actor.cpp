@@ -77,13 +77,13 @@ engine::engine_request engine_state::to_engine_request(const request& r, engine:
 }
 
 void engine_state::take_quiet(job& j, std::uint64_t before, std::uint64_t after) {
-  j.unsent += static_cast<std::int32_t>(before - j.quiet_base);
+  if (j.ttft_ms >= 0) j.unsent += static_cast<std::int32_t>(before - j.quiet_base);
   j.quiet_base = after;
 }
 
 engine::usage engine_state::usage_of(const job& j) const {
   engine::usage u = j.usage;
-  u.completion_tokens += static_cast<int>(quiet_steps - j.quiet_base);
+  if (j.ttft_ms >= 0) u.completion_tokens += static_cast<int>(quiet_steps - j.quiet_base);
   return u;
 }
 
@@ -411,8 +411,7 @@ caf::behavior serving(stateful* self) {
         const caf::actor client = r.client ? r.client : r.sink;
         watch(self, client);
         watch(self, r.owner);
-        auto& j = st.jobs[seq] = {r.id, r.sink, r.owner, client, r.attempt, self->clock().now(), -1, {}, 0, {}, 0};
-        st.start_quiet(j);
+        st.jobs[seq] = {r.id, r.sink, r.owner, client, r.attempt, self->clock().now(), -1, {}, 0, {}, 0};
         st.by_request[r.id] = seq;
         if (!st.stepping) start_step(self);
         st.publish();

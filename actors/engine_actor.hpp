@@ -66,7 +66,9 @@ struct engine_state {
     // early): what is held until then, besides its share of the quiet steps.
     std::int32_t unsent = 0;
     std::string unsent_text;
-    std::uint64_t quiet_base = 0;  ///< engine_state::quiet_steps when its quiet share was last taken
+    /// engine_state::quiet_steps when its quiet share was last taken (a job takes a share
+    /// from its first token on)
+    std::uint64_t quiet_base = 0;
   };
   std::unique_ptr<engine::engine_core> core;
   engine_identity who;
@@ -89,8 +91,8 @@ struct engine_state {
   caf::actor_clock* clock = nullptr;      ///< for the tokens of a coast cut short by the engine's end
   /// Coasting steps that have ended `elapsed` after coast_from.
   std::size_t coast_steps_ended(caf::timespan elapsed) const;
-  /// The quiet steps of the coasts delivered so far (see step_result::quiet_steps): a job
-  /// holds one token of each since its quiet_base, counted only when needed.
+  /// The quiet steps delivered so far (see step_result::quiet_steps): a job that has its first
+  /// token holds one token of each since its quiet_base, counted only when needed.
   std::uint64_t quiet_steps = 0;
   std::uint64_t steps = 0;
   engine_load totals;           ///< received, prompt and cached token sums
@@ -112,12 +114,12 @@ struct engine_state {
   /// Sends what a coasting engine held of a job's tokens.
   void flush(job& j);
   /// A job's quiet tokens join its unsent ones, as of `before` (the quiet steps delivered
-  /// before the result that has an output for it); its quiet share restarts at `after`.
+  /// before the result that has an output for it); its quiet share restarts at `after`. A job
+  /// before its first token has none.
   static void take_quiet(job& j, std::uint64_t before, std::uint64_t after);
   /// A job's usage so far, its quiet tokens included: what a cancellation or failure reports.
   engine::usage usage_of(const job& j) const;
-  /// A job that starts now: its quiet share begins after the step under way (which it is not in).
-  void start_quiet(job& j) const { j.quiet_base = quiet_steps + static_cast<std::uint64_t>(pending.quiet_steps); }
+
   void publish() const;
   static inline const char* name = "kiln.engine";
 };

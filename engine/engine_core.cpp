@@ -237,7 +237,9 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
   for (const auto& part : exec.prompt_logprobs) keep_prompt_logprobs(part);
   result.seconds = exec.seconds;
   result.batch_size = static_cast<int>(plan_.items.size());
-  result.outputs.reserve(result.outputs.size() + slots_.size());
+  const bool quiet = quiet_step();
+  result.quiet_steps = quiet ? 1 : 0;
+  if (!quiet) result.outputs.reserve(result.outputs.size() + slots_.size());
   std::size_t i = 0;  // slots_ are the plan's sampling items, in order
   for (const plan_item& item : plan_.items) {
     if (!item.samples) continue;
@@ -246,13 +248,26 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     auto* rec = static_cast<sequence*>(item.status->user);
     if (!rec) continue;
     const logprob_row* lp = slot < exec.logprobs.size() && slots_[slot].logprobs >= 0 ? &exec.logprobs[slot] : nullptr;
+    const bool first = rec->generated == 0;
     seq_output out = advance(*rec, exec.tokens[slot], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);
+    } else if (quiet && !first && out.new_tokens == 1 && out.text.empty() && out.logprobs.empty() &&
+               out.prompt_logprobs.empty()) {
+      continue;  // one of the step's quiet tokens
     }
     result.outputs.push_back(std::move(out));
   }
+}
+
+bool engine_core::quiet_step() const {
+  if (text_ || plan_.items.size() != static_cast<std::size_t>(sched_.running())) return false;
+  for (const plan_item& item : plan_.items)
+    if (!item.samples && item.status->generated > 0) return false;  // recomputing after a preemption
+  for (const seq_status* w : sched_.waiting_view())
+    if (w->generated > 0) return false;  // preempted: waits to be recomputed
+  return true;
 }
 
 std::vector<double> engine_core::coast_times(int max_steps) const {

@@ -46,8 +46,10 @@ struct step_result {
   double seconds = 0;    ///< the executor's step time
   int batch_size = 0;    ///< sequences in the step
   std::vector<seq_output> outputs;
-  /// A coast's: every running sequence without an output here decoded this many tokens
-  /// (each coasted step gives each one token; only a sequence that ends has an output).
+  /// Quiet steps (an engine without text: a coast, or a step where every sequence that has
+  /// started its answer decodes): each sequence that has started and has no output here
+  /// decoded this many tokens, one a step. Outputs come only for a first token, an end, text
+  /// or log-probabilities.
   int quiet_steps = 0;
   std::string error;     ///< the executor failed: nothing advanced
 };
@@ -88,8 +90,9 @@ class engine_core {
   /// then the next step's.
   std::pair<step_result, step_result> coast_and_one(int steps);
 
-  /// Off: answers carry token counts only, no text (stop strings still end them). The
-  /// simulator's engines, whose clients count tokens.
+  /// Off: answers carry token counts only, no text (stop strings still end them), and steps
+  /// are quiet where they can be (step_result::quiet_steps). The simulator's engines, whose
+  /// clients count tokens.
   void set_text(bool on) { text_ = on; }
 
   int running() const { return sched_.running(); }
@@ -117,6 +120,9 @@ class engine_core {
   bool prepare(step_result& result);
   /// Applies what the executor produced for plan_.
   void apply(const step_execution& exec, step_result& result);
+  /// Whether plan_'s step (applied to the scheduler) is quiet: no text, and every sequence
+  /// that has started its answer sampled in it.
+  bool quiet_step() const;
   void apply_deferred();
   seq_output advance(sequence& s, token_id tok, const logprob_row* lp = nullptr);
   token_logprob named(const logprob_row& row) const;

@@ -109,6 +109,8 @@ class scheduler {
   /// The running sequences in the order a step serves them (tier, then admission), in place:
   /// valid until a sequence joins, leaves or is preempted.
   std::span<const seq_status* const> running_view() const { return {running_.data(), running_.size()}; }
+  /// The waiting sequences in admission order, in place (the same validity).
+  std::span<const seq_status* const> waiting_view() const { return {waiting_.data(), waiting_.size()}; }
   /// Whether the next step is decodes only: nothing waiting, every running sequence decoding,
   /// a token of the step's budget for each.
   bool steady_decode() const;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -264,81 +265,94 @@ TEST_CASE("engine core: an executor failure is reported and nothing advances") {
 }
 
 TEST_CASE("engine core: coasting through steady decode equals stepping, step for step") {
-  // Two cores with the same requests: one steps, one coasts wherever it may. Their tokens,
-  // finishes, step times, KV blocks and cached prefixes match throughout.
-  auto stepper = make_core({20, 120}, {2048, 64}, 7, {512, 16});
-  auto coaster = make_core({20, 120}, {2048, 64}, 7, {512, 16});
-  std::map<seq_id, int> tokens_a, tokens_b;
-  std::map<seq_id, finish_reason> end_a, end_b;
-  double time_a = 0, time_b = 0;
-  int coasted = 0;
-  sampling_params sp;
-  sp.temperature = 0.8;
-  for (seq_id id = 1; id <= 24; ++id) {
-    sp.seed = id;
-    sp.max_tokens = 40 + static_cast<int>(id % 5) * 30;
-    const auto prompt = stepper->tok().encode("a shared opening for every request " + std::to_string(id % 3));
-    stepper->add({id, prompt, sp, priority::standard});
-    coaster->add({id, prompt, sp, priority::standard});
-    // A few steps between arrivals; the coaster takes what it can in one go.
-    for (int k = 0; k < 6 && !stepper->idle(); ++k) {
-      const step_result a = stepper->step();
-      time_a += a.seconds;
-      for (const auto& o : a.outputs) {
-        tokens_a[o.id] += o.new_tokens;
-        if (o.finish != finish_reason::none) end_a[o.id] = o.finish;
-      }
-    }
-    // Bring the coaster to the stepper's step count: coasts where steady, steps elsewhere.
-    while (time_b < time_a - 1e-12) {
-      const auto times = coaster->coast_times(64);
-      step_result b;
-      if (!times.empty()) {
-        int n = 0;
-        double t = 0;
-        while (n < static_cast<int>(times.size()) && time_b + t + times[static_cast<std::size_t>(n)] <= time_a + 1e-12)
-          t += times[static_cast<std::size_t>(n++)];
-        if (n == 0) n = 1, t = times[0];
-        std::vector<seq_id> batch;
-        for (const seq_status* st : coaster->sched().running_view()) batch.push_back(st->id);
-        b = coaster->coast(n);
-        CHECK(b.quiet_steps == n);
-        // Only the sequences that end have an output; each of the others decoded n tokens.
-        for (const seq_id q : batch)
-          if (std::none_of(b.outputs.begin(), b.outputs.end(), [&](const seq_output& o) { return o.id == q; }))
-            tokens_b[q] += b.quiet_steps;
-        for (const auto& o : b.outputs) CHECK(o.finish != finish_reason::none);
-        time_b += t;
-        coasted += n > 1;
-      } else {
-        b = coaster->step();
-        time_b += b.seconds;
-      }
+  // Two cores with the same requests: one steps with text, one without text coasts wherever
+  // it may. Their tokens, finishes, step times, KV blocks and cached prefixes match throughout.
+  // The coaster's steps are quiet where they can be: a sequence that has started and has no
+  // output in a result decoded its quiet_steps tokens.
+  // A pool of 48 blocks makes sequences preempt one another (recomputed later): a step with
+  // one of them waiting or recomputing is not quiet.
+  for (const int blocks : {512, 48}) {
+    CAPTURE(blocks);
+    auto stepper = make_core({20, 120}, {2048, 64}, 7, {blocks, 16});
+    auto coaster = make_core({20, 120}, {2048, 64}, 7, {blocks, 16});
+    coaster->set_text(false);
+    std::map<seq_id, int> tokens_a, tokens_b;
+    std::map<seq_id, finish_reason> end_a, end_b;
+    std::set<seq_id> started;  // the coaster's sequences past their first token, not ended
+    double time_a = 0, time_b = 0;
+    int coasted = 0, quiet_steps = 0;
+    auto take = [&](const step_result& b) {
+      std::set<seq_id> quiet = started;
       for (const auto& o : b.outputs) {
+        quiet.erase(o.id);
         tokens_b[o.id] += o.new_tokens;
-        if (o.finish != finish_reason::none) end_b[o.id] = o.finish;
+        if (o.new_tokens > 0) started.insert(o.id);
+        if (o.finish != finish_reason::none) end_b[o.id] = o.finish, started.erase(o.id);
+      }
+      for (const seq_id q : quiet) tokens_b[q] += b.quiet_steps;
+      quiet_steps += b.quiet_steps > 0 && !quiet.empty();
+    };
+    sampling_params sp;
+    sp.temperature = 0.8;
+    for (seq_id id = 1; id <= 24; ++id) {
+      sp.seed = id;
+      sp.max_tokens = 40 + static_cast<int>(id % 5) * 30;
+      const auto prompt = stepper->tok().encode("a shared opening for every request " + std::to_string(id % 3));
+      stepper->add({id, prompt, sp, priority::standard});
+      coaster->add({id, prompt, sp, priority::standard});
+      // A few steps between arrivals; the coaster takes what it can in one go.
+      for (int k = 0; k < 6 && !stepper->idle(); ++k) {
+        const step_result a = stepper->step();
+        time_a += a.seconds;
+        for (const auto& o : a.outputs) {
+          tokens_a[o.id] += o.new_tokens;
+          if (o.finish != finish_reason::none) end_a[o.id] = o.finish;
+        }
+      }
+      // Bring the coaster to the stepper's step count: coasts where steady, steps elsewhere.
+      while (time_b < time_a - 1e-12) {
+        const auto times = coaster->coast_times(64);
+        step_result b;
+        if (!times.empty()) {
+          int n = 0;
+          double t = 0;
+          while (n < static_cast<int>(times.size()) && time_b + t + times[static_cast<std::size_t>(n)] <= time_a + 1e-12)
+            t += times[static_cast<std::size_t>(n++)];
+          if (n == 0) n = 1, t = times[0];
+          b = coaster->coast(n);
+          CHECK(b.quiet_steps == n);
+          for (const auto& o : b.outputs) CHECK(o.finish != finish_reason::none);  // only the ends
+          time_b += t;
+          coasted += n > 1;
+        } else {
+          b = coaster->step();
+          time_b += b.seconds;
+        }
+        take(b);
+      }
+      CHECK(time_b == doctest::Approx(time_a).epsilon(1e-12));
+      CHECK(tokens_a == tokens_b);
+      CHECK(end_a == end_b);
+      CHECK(stepper->sched().pool().num_free() == coaster->sched().pool().num_free());
+      CHECK(stepper->tokens_in_flight() == coaster->tokens_in_flight());
+      // The same blocks, taken in the same order, filled and keyed alike: what later
+      // allocations evict and later prompts find depends on it.
+      for (seq_id q = 1; q <= id; ++q) {
+        const seq_status* x = stepper->sched().find(q);
+        const seq_status* y = coaster->sched().find(q);
+        REQUIRE((x == nullptr) == (y == nullptr));
+        if (!x) continue;
+        CHECK(x->blocks == y->blocks);
+        CHECK(x->keys == y->keys);
+        CHECK(x->computed == y->computed);
+        CHECK(x->generated == y->generated);
       }
     }
-    CHECK(time_b == doctest::Approx(time_a).epsilon(1e-12));
-    CHECK(tokens_a == tokens_b);
-    CHECK(end_a == end_b);
-    CHECK(stepper->sched().pool().num_free() == coaster->sched().pool().num_free());
-    CHECK(stepper->tokens_in_flight() == coaster->tokens_in_flight());
-    // The same blocks, taken in the same order, filled and keyed alike: what later
-    // allocations evict and later prompts find depends on it.
-    for (seq_id q = 1; q <= id; ++q) {
-      const seq_status* x = stepper->sched().find(q);
-      const seq_status* y = coaster->sched().find(q);
-      REQUIRE((x == nullptr) == (y == nullptr));
-      if (!x) continue;
-      CHECK(x->blocks == y->blocks);
-      CHECK(x->keys == y->keys);
-      CHECK(x->computed == y->computed);
-      CHECK(x->generated == y->generated);
-    }
+    CHECK(coasted > 5);
+    CHECK(quiet_steps > 5);  // ordinary steps were quiet too
+    CHECK((stepper->preemptions() > 0) == (blocks < 100));
+    CHECK(coaster->coast_times(1).empty());  // fewer than two steps: nothing to gain
   }
-  CHECK(coasted > 5);
-  CHECK(coaster->coast_times(1).empty());  // fewer than two steps: nothing to gain
 }
 
 TEST_CASE("sim executor: an answer's tokens cover the vocabulary but eos, until its natural length, in runs as one by one") {
