@@ -130,8 +130,14 @@ void admission_state::publish(const std::string& team, const std::string& model,
   if (const double fill = ledger.fill(team, model, now); fill >= 0) gauges->set_bucket(team, model, fill);
   auto it = gates.find(pool);
   if (it == gates.end()) return;
-  for (auto tier : {engine::priority::interactive, engine::priority::standard, engine::priority::batch})
-    gauges->set_queue(pool, std::string(engine::to_string(tier)), it->second.waiting(tier));
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  auto& shown = queues_shown.try_emplace(pool, std::array<std::size_t, 3>{kNone, kNone, kNone}).first->second;
+  std::size_t k = 0;
+  for (auto tier : {engine::priority::interactive, engine::priority::standard, engine::priority::batch}) {
+    const std::size_t waiting = it->second.waiting(tier);
+    if (waiting != shown[k]) gauges->set_queue(pool, std::string(engine::to_string(tier)), waiting);
+    shown[k++] = waiting;
+  }
 }
 
 namespace {

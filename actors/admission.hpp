@@ -3,6 +3,7 @@
 // model@version) to its pool, refuses what the pool cannot take now (loading, degraded,
 // failed), renders and tokenizes the prompt with the pool's template and tokenizer, checks
 // it against the pool's limits, and hands it to the pool's router. Failures end at the sink.
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,6 +58,9 @@ struct admission_state {
   std::shared_ptr<fleet_gauges> gauges;                    ///< sheds, bucket fill, queue depths
   team_ledger ledger;                                      ///< buckets and slots per team and model
   std::map<std::string, pool_gate, std::less<>> gates;     ///< load and queues per model@version
+  /// The queue depths last given to the gauges, per model@version and tier: an unchanged
+  /// depth is not written again.
+  std::map<std::string, std::array<std::size_t, 3>, std::less<>> queues_shown;
   std::unordered_map<request_id, std::string, request_id_hash> gate_of;  ///< admitted: its pool
   bool sweep_armed = false;
   std::shared_ptr<config::capture_log> capture;  ///< null: no capture

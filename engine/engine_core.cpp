@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <limits>
 
+// Inlined here: the block keys and prompt hashes are hot, of short or known lengths.
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
 #include <xxhash.h>
 
 #include "engine/sim_executor.hpp"
@@ -249,6 +253,11 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     if (!rec) continue;
     const logprob_row* lp = slot < exec.logprobs.size() && slots_[slot].logprobs >= 0 ? &exec.logprobs[slot] : nullptr;
     const bool first = rec->generated == 0;
+    if (quiet && !first && !lp && exec.tokens[slot] != tok_->eos() && rec->generated + 1 < rec->req.sampling.max_tokens &&
+        rec->req.sampling.stop.empty() && (!rec->req.sampling.prompt_logprobs || rec->prompt_lp_sent)) {
+      ++rec->generated;  // what advance() would do, with an output the step leaves out
+      continue;
+    }
     seq_output out = advance(*rec, exec.tokens[slot], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);

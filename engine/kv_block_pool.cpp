@@ -4,13 +4,20 @@
 #include <bit>
 #include <cassert>
 
+// Inlined here: the block keys and prompt hashes are hot, of short or known lengths.
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
 #include <xxhash.h>
+
+#include "kernels/reference/sampling.hpp"
 
 namespace kiln::engine {
 
 block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens) {
-  const std::uint64_t head[2] = {parent, salt};
-  const std::uint64_t seed = XXH3_64bits(head, sizeof head);
+  // One hash of the tokens, seeded by the parent's key and the salt (splitmix's finaliser, a
+  // bijection: no two salts give a first block the same seed).
+  const std::uint64_t seed = parent ^ kernels::reference::mix64(salt ^ 0x6B696C6E626C6B73ull);
   const block_hash h = XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
   return h != 0 ? h : 1;  // 0 marks a block without a key
 }
