@@ -139,8 +139,10 @@ const team_rule& pick_team(const std::vector<team_rule>& teams, draws& d) {
 std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
   std::vector<arrival> out;
   const auto teams = teams_of(s);
-  double weights = 0;
+  double weights = 0, multiplier = 0;
   for (const auto& t : teams) weights += t.weight;
+  for (const auto& t : teams) multiplier += t.weight / weights * std::max(0.0, t.rate_multiplier);
+  out.reserve(static_cast<std::size_t>(std::min(kMaxArrivals, peak_rate(s) * multiplier * s.duration_s * 1.05) + 64));
   for (const auto& team : teams) {
     // Each team is its own process at its share of the rate (times its multiplier).
     const double share = team.weight / weights * team.rate_multiplier;
@@ -159,8 +161,14 @@ std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
       out.push_back(std::move(a));
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const arrival& a, const arrival& b) { return a.t < b.t; });
-  return out;
+  // In time order (ties: as made), moving each arrival once: the order is found on the times.
+  std::vector<std::pair<double, std::uint32_t>> order(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) order[i] = {out[i].t, static_cast<std::uint32_t>(i)};
+  std::sort(order.begin(), order.end());
+  std::vector<arrival> sorted;
+  sorted.reserve(out.size());
+  for (const auto& [t, i] : order) sorted.push_back(std::move(out[i]));
+  return sorted;
 }
 
 }  // namespace
