@@ -119,7 +119,6 @@ struct engine_state {
   static void take_quiet(job& j, std::uint64_t before, std::uint64_t after);
   /// A job's usage so far, its quiet tokens included: what a cancellation or failure reports.
   engine::usage usage_of(const job& j) const;
-
   void publish() const;
   static inline const char* name = "kiln.engine";
 };
