@@ -299,6 +299,7 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
   if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return {};
   // The shape sim_executor::run() sees for each of those steps.
   std::vector<double> times;
+  times.reserve(static_cast<std::size_t>(steps));
   const auto batch = static_cast<std::int64_t>(order.size());
   for (int k = 1; k <= steps; ++k) {
     step_shape shape;

@@ -221,8 +221,13 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
   const int bs = pool_.block_size();
   const int total = static_cast<int>(s.tokens.size());
   if (blocks_for(total) > pool_.capacity()) return false;  // overflowed: see schedule()
+  // The block table and its keys get room for the prompt and the answer's blocks at once
+  // (at most 256 more for the answer), so they do not regrow block by block.
+  const auto room = static_cast<std::size_t>(blocks_for(total) + std::min(blocks_for(std::max(1, s.max_tokens - s.generated)), 256));
   std::vector<block_id> hits;
   std::vector<block_hash> keys;
+  hits.reserve(room);
+  keys.reserve(room);
   // Keys a few blocks ahead of the lookups, so their index reads overlap.
   constexpr int kAhead = 8;
   const int full = std::max(0, (total - 1) / bs);
