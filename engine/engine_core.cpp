@@ -252,19 +252,18 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     auto* rec = static_cast<sequence*>(item.status->user);
     if (!rec) continue;
     const logprob_row* lp = slot < exec.logprobs.size() && slots_[slot].logprobs >= 0 ? &exec.logprobs[slot] : nullptr;
-    const bool first = rec->generated == 0;
-    if (quiet && !first && !lp && exec.tokens[slot] != tok_->eos() && rec->generated + 1 < rec->req.sampling.max_tokens &&
-        rec->req.sampling.stop.empty() && (!rec->req.sampling.prompt_logprobs || rec->prompt_lp_sent)) {
-      ++rec->generated;  // what advance() would do, with an output the step leaves out
+    // One of the step's quiet tokens: a plain decode token past the first that ends nothing
+    // and carries nothing (no log-probabilities, no stop strings to hold text back for).
+    if (quiet && rec->generated > 0 && !lp && exec.tokens[slot] != tok_->eos() &&
+        rec->generated + 1 < rec->req.sampling.max_tokens && rec->req.sampling.stop.empty() &&
+        (!rec->req.sampling.prompt_logprobs || rec->prompt_lp_sent)) {
+      ++rec->generated;  // what advance() would do, without the output
       continue;
     }
     seq_output out = advance(*rec, exec.tokens[slot], lp);
     if (out.finish != finish_reason::none) {
       sched_.remove(out.id);
       seqs_.erase(out.id);
-    } else if (quiet && !first && out.new_tokens == 1 && out.text.empty() && out.logprobs.empty() &&
-               out.prompt_logprobs.empty()) {
-      continue;  // one of the step's quiet tokens
     }
     result.outputs.push_back(std::move(out));
   }

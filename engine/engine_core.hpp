@@ -48,8 +48,8 @@ struct step_result {
   std::vector<seq_output> outputs;
   /// Quiet steps (an engine without text: a coast, or a step where every sequence that has
   /// started its answer decodes): each sequence that has started and has no output here
-  /// decoded this many tokens, one a step. Outputs come only for a first token, an end, text
-  /// or log-probabilities.
+  /// decoded this many tokens, one a step. Outputs come only for a first token, an end,
+  /// log-probabilities, and a request with stop strings (its text may be held back).
   int quiet_steps = 0;
   std::string error;     ///< the executor failed: nothing advanced
 };
