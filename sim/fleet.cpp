@@ -211,10 +211,6 @@ void kill_region(region_run& dead, region_run& to, const sim_event& e, run_book&
 
 std::variant<run_result, std::string> run_once(const scenario& s, const run_plan& plan, const progress_fn& progress) {
   const auto real_start = std::chrono::steady_clock::now();
-  auto made = make_arrivals(plan.arrivals, plan.seed ? plan.seed : s.seed);
-  if (auto* e = std::get_if<std::string>(&made)) return *e;
-  const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
-
   // Each region runs the scenario's fleet; an answer is as long as the request asks.
   config::kiln_config fleet = s.fleet;
   for (auto& p : fleet.pools) {
@@ -225,9 +221,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   const std::string first_model = fleet.models.empty() ? fleet.pools.front().model : fleet.models.front().name;
   const int block_size = fleet.pools.front().block_size;
   const int vocab = fleet.pools.front().shape.vocab;
-  // The oracle over every arrival, beside the run; redone after it over the served ones
-  // only when some request never reached an engine.
-  auto oracle_all = std::async(std::launch::async, [&] { return oracle_hit_rate(arrivals, block_size, vocab); });
 
   run_result res;
   res.label = plan.label;
@@ -243,11 +236,10 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     }
   }
   res.samples.resize(res.pools.size());
-  book.records.resize(arrivals.size());
 
   std::vector<region_run> regions(s.regions.size());
   // Each region's fleet (its own actor system, engines and KV pools) is built on a thread of
-  // its own, as each runs on one below.
+  // its own, as each runs on one below, while this thread makes the arrivals.
   auto build = [&](std::size_t ri) {
     config::kiln_config c = fleet;
     c.region = s.regions[ri];
@@ -259,12 +251,19 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       if (key.starts_with(s.regions[ri] + "/")) served_by[key.substr(s.regions[ri].size() + 1)] = idx;
     regions[ri].rt->coll->set_pools(std::move(served_by));
   };
+  std::variant<std::vector<arrival>, std::string> made;
   {
     std::vector<std::thread> builders;
-    for (std::size_t ri = 1; ri < regions.size(); ++ri) builders.emplace_back(build, ri);
-    if (!regions.empty()) build(0);
+    for (std::size_t ri = 0; ri < regions.size(); ++ri) builders.emplace_back(build, ri);
+    made = make_arrivals(plan.arrivals, plan.seed ? plan.seed : s.seed);
     for (auto& th : builders) th.join();
   }
+  if (auto* e = std::get_if<std::string>(&made)) return *e;
+  const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
+  book.records.resize(arrivals.size());
+  // The oracle over every arrival, beside the run; redone after it over the served ones
+  // only when some request never reached an engine.
+  auto oracle_all = std::async(std::launch::async, [&] { return oracle_hit_rate(arrivals, block_size, vocab); });
   for (std::size_t ri = 0; ri < regions.size(); ++ri)
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   // The global balancer: a conversation (or a request without one) keeps to one region.
