@@ -208,6 +208,19 @@ std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
   return out;
 }
 
+namespace {
+
+/// Empty when the arrivals' prompts fit a run (kMaxPromptTokens); else why not.
+std::string prompts_fit(const std::vector<arrival>& out) {
+  double total = 0;
+  for (const auto& a : out) total += std::max(0, a.prompt_tokens);
+  if (total <= kMaxPromptTokens) return {};
+  return "the arrivals' prompts total " + std::to_string(static_cast<long long>(total)) + " tokens; at most " +
+         std::to_string(static_cast<long long>(kMaxPromptTokens)) + " per run";
+}
+
+}  // namespace
+
 std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& s, std::uint64_t seed) {
   if (s.duration_s <= 0) return std::string("duration must be positive");
   std::vector<arrival> out;
@@ -222,6 +235,7 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     const double scale = (s.trace_rate > 0 && recorded > 0) ? recorded / s.trace_rate : 1.0;
     for (auto& a : out) a.t = (a.t - t0) * scale;
     out.erase(std::find_if(out.begin(), out.end(), [&](const arrival& a) { return a.t >= s.duration_s; }), out.end());
+    if (auto e = prompts_fit(out); !e.empty()) return s.trace + ": " + e;
     // Teams, tiers and (where the trace has none) conversations by the rules.
     const auto teams = teams_of(s);
     draws d(mix(seed, 0x7EA5ull));
@@ -253,7 +267,13 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     if (!(expected <= kMaxArrivals))
       return "the arrivals would number about " + std::to_string(static_cast<long long>(std::min(expected, 9e18))) +
              " (rate x duration); at most " + std::to_string(static_cast<long long>(kMaxArrivals)) + " per run";
+    if (!(expected * s.prompt_tokens <= kMaxPromptTokens))
+      return "the arrivals' prompts would total about " +
+             std::to_string(static_cast<long long>(std::min(expected * s.prompt_tokens, 9e18))) +
+             " tokens (rate x duration x prompt_tokens); at most " +
+             std::to_string(static_cast<long long>(kMaxPromptTokens)) + " per run";
     out = synthetic(s, seed);
+    if (auto e = prompts_fit(out); !e.empty()) return e;
     prompt_maker prompts(s, seed);
     const auto teams = teams_of(s);
     for (auto& a : out) {

@@ -68,6 +68,10 @@ struct arrival_spec {
 
 /// The most arrivals one run makes (about 20 minutes at seed 000's peak of 100/s, 12 times).
 inline constexpr double kMaxArrivals = 2e6;
+/// The most prompt tokens one run's arrivals may ask for in all (each is kept as block
+/// hashes, about half a byte a token, and made when its request is sent): some 28 times
+/// seed_fleet's 72 million.
+inline constexpr double kMaxPromptTokens = 2e9;
 
 /// Every arrival of a run in time order, or what is wrong with the spec or the trace.
 std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed);

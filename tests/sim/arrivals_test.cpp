@@ -312,6 +312,39 @@ TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines nam
   CHECK(std::get<std::string>(read_trace(temp_file("x.txt", "1\n"))).find("unknown trace format") != std::string::npos);
 }
 
+TEST_CASE("arrivals: a run whose prompts would not fit is refused before its prompts are made, at the limit and past it") {
+  // A trace: 200 prompts of 10 million tokens are exactly the limit; one token more is not.
+  std::string at_limit;
+  for (int i = 0; i < 200; ++i)
+    at_limit += "{\"timestamp\": " + std::to_string(i) + ", \"input_length\": 10000000, \"output_length\": 1, \"hash_ids\": [" +
+                std::to_string(i) + "]}\n";
+  REQUIRE(200 * 10000000.0 == kMaxPromptTokens);
+  arrival_spec s;
+  s.process = arrival_process::trace;
+  s.duration_s = 1000;
+  s.trace = temp_file("limit.jsonl", at_limit);
+  CHECK(make(s).size() == 200);
+  s.trace = temp_file("past.jsonl", at_limit + "{\"timestamp\": 300000, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [9]}\n");
+  auto past = make_arrivals(s, 1);
+  REQUIRE(std::holds_alternative<std::string>(past));
+  CHECK(std::get<std::string>(past).find("prompts total 2000000001 tokens; at most 2000000000") != std::string::npos);
+  // Past the run's end (300 s) it is not asked for, so it does not count.
+  s.duration_s = 250;
+  CHECK(make(s).size() == 200);
+
+  // Synthetic: 100 requests/s for 10 minutes of 10-million-token prompts would take hundreds
+  // of gigabytes; refused from the rate alone (it once ended the process out of memory).
+  arrival_spec big;
+  big.rate = 100;
+  big.duration_s = 600;
+  big.prompt_tokens = 10000000;
+  auto r = make_arrivals(big, 1);
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r).find("would total about 600000000000 tokens") != std::string::npos);
+  big.prompt_tokens = 1000;
+  CHECK(!make(big).empty());
+}
+
 TEST_CASE("traces: the shared public traces as their README describes them") {
   if (!std::filesystem::exists(kTraces + "mooncake_synthetic_trace.jsonl")) {
     MESSAGE("skipped: ../shared/data/traces is not here");
