@@ -81,10 +81,15 @@ std::string check(const plan_input& in) {
   const plan_assumptions& a = in.sizing;
   if (dtype_bytes(a.weight_dtype) == 0) return "unknown weight dtype '" + a.weight_dtype + "' (bf16, fp16, fp8, int8, int4, fp32)";
   if (dtype_bytes(a.kv_dtype) == 0) return "unknown kv dtype '" + a.kv_dtype + "' (bf16, fp16, fp8, int8, int4, fp32)";
-  if (a.params <= 0 || a.layers <= 0 || a.d_model <= 0 || a.kv_heads <= 0 || a.head_dim <= 0)
+  if (a.params <= 0 || a.layers <= 0 || a.d_model <= 0 || a.heads <= 0 || a.kv_heads <= 0 || a.head_dim <= 0)
     return "the model shape must be positive";
   if (a.gpus_per_node <= 0 || a.tensor_parallel <= 0 || a.tensor_parallel > a.gpus_per_node)
     return "tensor_parallel must be from 1 to the node's GPUs (" + std::to_string(a.gpus_per_node) + ")";
+  // Each GPU holds a whole number of attention heads, and of KV heads or copies of one.
+  const int tp = a.tensor_parallel;
+  if (a.heads % tp != 0 || (a.kv_heads % tp != 0 && tp % a.kv_heads != 0))
+    return "tensor_parallel " + std::to_string(tp) + " does not split " + std::to_string(a.heads) + " attention heads and " +
+           std::to_string(a.kv_heads) + " KV heads evenly over the GPUs";
   if (a.hbm_bytes_per_s <= 0 || a.flops_per_s <= 0 || a.allreduce_bytes_per_s <= 0)
     return "bandwidths and FLOP/s must be positive";
   for (double e : {a.bandwidth_efficiency, a.flops_efficiency, a.end_to_end_efficiency})

@@ -87,6 +87,13 @@ TEST_CASE("config: bad input gives one clear line naming the place") {
         "test.toml: pools[0].routing must be prefix_affinity_bounded, round_robin or least_tokens (got \"random\")");
   CHECK(error_of(kMinimal + "[pools.sim_text]\nmin_output_tokens = 9\nmax_output_tokens = 3\n") ==
         "test.toml: pools[0].sim_text.max_output_tokens must be at least min_output_tokens");
+  // The default shape has 32 attention and 8 KV heads: 1, 2, 8 and 32 GPUs split them (KV
+  // heads copied past 8), 3 and 12 do not.
+  for (const char* tp : {"1", "2", "8", "32"})
+    CHECK(error_of(kMinimal + "[pools.gpu]\ntensor_parallel = " + tp + "\nhbm_capacity_bytes = 1e12\n").empty());
+  CHECK(error_of(kMinimal + "[pools.gpu]\ntensor_parallel = 3\n") ==
+        "test.toml: pools[0].gpu.tensor_parallel: 3 does not split 32 attention heads and 8 KV heads evenly over the GPUs");
+  CHECK(error_of(kMinimal + "[pools.gpu]\ntensor_parallel = 12\n").find("does not split") != std::string::npos);
   auto missing = load_config_file("/nonexistent/kiln.toml");
   REQUIRE(std::holds_alternative<config_error>(missing));
   CHECK(std::get<config_error>(missing).message == "/nonexistent/kiln.toml: cannot open config file");

@@ -152,6 +152,16 @@ TEST_CASE("plan: the assumptions file, its errors, and the flags") {
   const char* toobig[] = {"--tp", "16"};
   CHECK(run_plan(2, toobig, out, err) == 1);
   CHECK(err.find("tensor_parallel") != std::string::npos);
+  // Heads split evenly: 64 attention and 8 KV heads over 2, 4, 8 GPUs; not over 3 or 6.
+  for (const char* n : {"1", "2", "8"}) {
+    const char* ok[] = {"--tp", n};
+    CHECK(run_plan(2, ok, out, err) == 0);
+  }
+  for (const char* n : {"3", "6"}) {
+    const char* uneven[] = {"--tp", n};
+    CHECK(run_plan(2, uneven, out, err) == 1);
+    CHECK(err.find("does not split 64 attention heads and 8 KV heads") != std::string::npos);
+  }
   const char* missing[] = {"--assumptions", "/nonexistent/plan.toml"};
   CHECK(run_plan(2, missing, out, err) == 1);
 }
