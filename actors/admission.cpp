@@ -82,6 +82,15 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
     if (auto* e = std::get_if<std::string>(&prompt))
       return refuse(r, errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
     r.prompt = std::move(std::get<std::vector<std::int32_t>>(prompt));
+  } else if (rt.vocab > 0) {
+    // Token ids as the client sent them: each names a row of the model's embeddings (a cpu
+    // engine would read a wrong row, a GPU one past the table).
+    const auto top = *std::max_element(r.prompt.begin(), r.prompt.end());
+    if (top >= rt.vocab)
+      return refuse(r, errc::invalid_request,
+                    "Token id " + std::to_string(top) + " in 'prompt' is outside the model's vocabulary of " +
+                        std::to_string(rt.vocab) + " tokens.",
+                    "prompt");
   }
   if (!keep_text) {
     r.messages.clear();  // rendered: the tokens travel on, not the text

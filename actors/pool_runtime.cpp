@@ -107,6 +107,7 @@ std::shared_ptr<const pool_runtime> prepare(const config::pool_config& cfg, bool
   }
   auto& m = std::get<engine::loaded_model>(loaded);
   rt->tokenizer = m.tokenizer;
+  if (m.weights) rt->vocab = m.weights->cfg.vocab;
   rt->tmpl = m.tmpl;
   if (!cfg.chat_template.empty()) {
     auto t = engine::chat_template::make(cfg.chat_template, m.tmpl->bos(), m.tmpl->eos());

@@ -26,6 +26,10 @@ struct pool_runtime {
   engine::kv_dtype cpu_kv = engine::kv_dtype::f32;
   std::string failure;                                     ///< non-empty: cannot serve
   double load_seconds = 0;                                 ///< reading the model from disk
+  /// The model's vocabulary (its embedding rows): a prompt's token ids must be below it. 0
+  /// where no model files are read (the sim executor's stand-in tokenizer hashes words
+  /// above its word list; its cost model has no rows to index).
+  int vocab = 0;
 
   /// The prompt's text (into `text`), or the chat template's error: as prompt_for renders it.
   std::optional<std::string> render(const request& r, std::string& text) const;

@@ -137,5 +137,21 @@ TEST_CASE("e2e logprobs: /v1/completions echo scores every prompt token on a rea
   CHECK(joined(echo["logprobs"]["tokens"], nullptr) == prompt);
   const json next = json::parse(events[1])["choices"][0];
   CHECK(next["logprobs"]["text_offset"][0] == prompt.size());  // offsets run on after the echo
+
+  // A prompt of token ids: the model's last row is the highest id it takes; one past it is a
+  // 400 naming the vocabulary (it once read the last row instead), and the pool serves on.
+  const http_response far = request(p.port(), "POST", "/v1/completions",
+                                    R"({"model":"tiny-chat","max_tokens":1,"prompt":[1,16777215]})", kAuth);
+  REQUIRE(far.status == 400);
+  const std::string msg = json::parse(far.body)["error"]["message"];
+  CHECK(msg.find("Token id 16777215 in 'prompt' is outside the model's vocabulary of ") == 0);
+  const int rows = std::atoi(msg.c_str() + msg.find("vocabulary of ") + 14);
+  REQUIRE(rows > 256);
+  const auto ids = [](int id) { return R"({"model":"tiny-chat","max_tokens":1,"prompt":[5,)" + std::to_string(id) + "]}"; };
+  CHECK(post(p, "/v1/completions", ids(rows - 1))["usage"]["prompt_tokens"] == 2);
+  const http_response past = request(p.port(), "POST", "/v1/completions", ids(rows), kAuth);
+  CHECK(past.status == 400);
+  CHECK(json::parse(past.body)["error"]["param"] == "prompt");
+  CHECK(post(p, "/v1/completions", ids(0))["choices"][0]["finish_reason"] == "length");
   std::filesystem::remove_all(root);
 }
