@@ -96,19 +96,6 @@ bool kv_block_pool::allocate_into(int n, std::vector<block_id>& out) {
   return true;
 }
 
-void kv_block_pool::ref(block_id b) {
-  std::int32_t& r = meta_[static_cast<std::size_t>(b)].refs;
-  if (r == 0) --free_count_;  // its ring entry is stale from now on
-  ++r;
-}
-
-void kv_block_pool::release(block_id b) {
-  if (b == 0) return;
-  std::int32_t& r = meta_[static_cast<std::size_t>(b)].refs;
-  assert(r > 0);
-  if (--r == 0) push_free(b);
-}
-
 void kv_block_pool::release_all(std::span<const block_id> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) release(*it);
 }
@@ -125,10 +112,6 @@ void kv_block_pool::cache_all(std::span<const block_id> blocks, std::span<const 
   for (std::size_t i = 0; i < n; ++i)
     if (meta_[static_cast<std::size_t>(blocks[i])].key == 0) by_key_.prefetch(keys[i]);
   for (std::size_t i = 0; i < n; ++i) cache(blocks[i], keys[i]);
-}
-
-std::optional<block_id> kv_block_pool::lookup(block_hash key) const {
-  return by_key_.find(key, [this](std::int32_t v) { return key_of(v); });
 }
 
 }  // namespace kiln::engine

@@ -3,6 +3,7 @@
 // eviction order (least recently released first), a permanent null block 0, and the prefix
 // cache: full blocks keyed by a chained hash so a later prompt with the same opening shares
 // them by reference. Running out is an ordinary empty return, never an exception.
+#include <cassert>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -37,10 +38,19 @@ class kv_block_pool {
   /// nothing taken when fewer than n are free.
   bool allocate_into(int n, std::vector<block_id>& out);
   /// Takes one more reference (a prefix hit); a free cached block stops being free.
-  void ref(block_id b);
+  void ref(block_id b) {
+    std::int32_t& r = meta_[static_cast<std::size_t>(b)].refs;
+    if (r == 0) --free_count_;  // its ring entry is stale from now on
+    ++r;
+  }
   /// Drops a reference; at zero the block becomes the most recently freed, keeping its
   /// cache key until it is evicted.
-  void release(block_id b);
+  void release(block_id b) {
+    if (b == 0) return;
+    std::int32_t& r = meta_[static_cast<std::size_t>(b)].refs;
+    assert(r > 0);
+    if (--r == 0) push_free(b);
+  }
   /// Releases a block table, last block first, so a table's tail is evicted before its head.
   void release_all(std::span<const block_id> blocks);
 
@@ -48,7 +58,9 @@ class kv_block_pool {
   void cache(block_id b, block_hash key);
   /// cache() of each (blocks[i], keys[i]) in order; the index's cache misses overlap.
   void cache_all(std::span<const block_id> blocks, std::span<const block_hash> keys);
-  std::optional<block_id> lookup(block_hash key) const;
+  std::optional<block_id> lookup(block_hash key) const {
+    return by_key_.find(key, [this](std::int32_t v) { return key_of(v); });
+  }
   /// Starts loading what lookup(key) reads (see tagged_index::prefetch).
   void prefetch(block_hash key) const { by_key_.prefetch(key); }
   bool is_free(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs == 0; }

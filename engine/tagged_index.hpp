@@ -73,7 +73,19 @@ class tagged_index {
   static std::uint32_t tag_of(std::uint64_t key) { return static_cast<std::uint32_t>((key * 0x9E3779B97F4A7C15ull) >> 32); }
   std::size_t home(std::uint32_t tag) const { return static_cast<std::size_t>(tag >> shift_); }
   void reset(std::size_t slots);
-  void remove_at(std::size_t i);
+  void remove_at(std::size_t i) {
+    // Backward shift: pull later entries of the run into the hole when their home allows it.
+    for (std::size_t j = (i + 1) & mask_; slots_[j].value != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].tag);
+      // The entry at j may move to i when i lies cyclically within [h, j).
+      const bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
+      if (!movable) continue;
+      slots_[i] = slots_[j];
+      i = j;
+    }
+    slots_[i].value = kEmpty;
+    --size_;
+  }
   void grow();
 
   std::vector<slot> slots_;
