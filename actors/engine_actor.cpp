@@ -225,7 +225,7 @@ void send_finish(stateful* self, engine_state::job& j, const engine::seq_output&
 void send_outputs(stateful* self) {
   auto& st = self->state;
   const auto now = self->clock().now();
-  std::vector<std::pair<caf::actor, stream_batch>> by_sink;
+  auto& by_sink = st.step_batches;  // emptied by send_batches
   std::vector<std::size_t> finished;  // indexes into pending.outputs
   const std::uint64_t quiet_before = st.quiet_steps;
   st.quiet_steps += static_cast<std::uint64_t>(st.pending.quiet_steps);
@@ -285,7 +285,8 @@ constexpr int kMaxCoastSteps = 4096;
 bool begin_coast(stateful* self) {
   auto& st = self->state;
   if (!st.coast || st.slow_factor != 1) return false;
-  const std::vector<double> times = st.core->coast_times(kMaxCoastSteps);
+  std::vector<double>& times = st.coast_seconds;
+  st.core->coast_times(kMaxCoastSteps, times);
   if (times.empty()) return false;
   st.coasting = true;
   st.stepping = true;

@@ -87,6 +87,9 @@ struct engine_state {
   double fault_fraction = 0;  ///< sim drills: requests that end in an injected engine error
   caf::actor_clock::time_point coast_from;
   std::vector<caf::timespan> coast_ends;  ///< each coasting step's end, after coast_from
+  std::vector<double> coast_seconds;      ///< begin_coast's step times (kept: no allocation a coast)
+  /// send_outputs' batches, one per sink (kept: no allocation a step)
+  std::vector<std::pair<caf::actor, stream_batch>> step_batches;
   std::uint64_t coast_epoch = 0;          ///< a wakeup of an older coast is ignored
   caf::actor_clock* clock = nullptr;      ///< for the tokens of a coast cut short by the engine's end
   /// Coasting steps that have ended `elapsed` after coast_from.

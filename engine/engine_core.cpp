@@ -279,15 +279,22 @@ bool engine_core::quiet_step() const {
 }
 
 std::vector<double> engine_core::coast_times(int max_steps) const {
+  std::vector<double> times;
+  coast_times(max_steps, times);
+  return times;
+}
+
+void engine_core::coast_times(int max_steps, std::vector<double>& times) const {
+  times.clear();
   const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
-  if (!sim || in_flight_ || max_steps < 2 || !sched_.steady_decode()) return {};
+  if (!sim || in_flight_ || max_steps < 2 || !sched_.steady_decode()) return;
   // Steps until the first sequence ends: by its length limit or its answer's eos.
   int steps = max_steps;
   std::int64_t kv = 0;
   const auto order = sched_.running_view();
   for (const seq_status* st : order) {
     const sequence* rec = record_of(*st);
-    if (!rec || !rec->req.sampling.stop.empty() || rec->req.sampling.logprobs >= 0) return {};
+    if (!rec || !rec->req.sampling.stop.empty() || rec->req.sampling.logprobs >= 0) return;
     const sequence& s = *rec;
     const int by_length = s.req.sampling.max_tokens - s.generated;
     const int natural = sim->natural_length(s.answer_seed);
@@ -295,9 +302,8 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
     steps = std::min({steps, by_length, by_eos});
     kv += st->computed;
   }
-  if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return {};
+  if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return;
   // The shape sim_executor::run() sees for each of those steps.
-  std::vector<double> times;
   times.reserve(static_cast<std::size_t>(steps));
   const auto batch = static_cast<std::int64_t>(order.size());
   for (int k = 1; k <= steps; ++k) {
@@ -306,7 +312,6 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
     shape.kv_tokens_read = kv + batch * k;
     times.push_back(sim->model().time(shape).total);
   }
-  return times;
 }
 
 step_result engine_core::coast(int steps) { return coast_split(steps, 0, nullptr); }

@@ -81,6 +81,8 @@ class engine_core {
   /// up to and including the first step that ends a sequence (at most `max_steps`); empty when
   /// the next step is not one of these.
   std::vector<double> coast_times(int max_steps) const;
+  /// coast_times() into `times` (cleared first), whose room a caller keeps between coasts.
+  void coast_times(int max_steps, std::vector<double>& times) const;
   /// Runs `steps` such steps at once, as that many step() calls would but without text: an
   /// output for each sequence that ends (only the last step ends sequences) and for the others
   /// only the count, `quiet_steps` (each decoded one token a step).
