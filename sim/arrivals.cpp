@@ -235,6 +235,9 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     const double scale = (s.trace_rate > 0 && recorded > 0) ? recorded / s.trace_rate : 1.0;
     for (auto& a : out) a.t = (a.t - t0) * scale;
     out.erase(std::find_if(out.begin(), out.end(), [&](const arrival& a) { return a.t >= s.duration_s; }), out.end());
+    if (static_cast<double>(out.size()) > kMaxArrivals)
+      return s.trace + ": " + std::to_string(out.size()) + " requests within the run's duration; at most " +
+             std::to_string(static_cast<long long>(kMaxArrivals)) + " per run";
     if (auto e = prompts_fit(out); !e.empty()) return s.trace + ": " + e;
     // Teams, tiers and (where the trace has none) conversations by the rules.
     const auto teams = teams_of(s);

@@ -332,6 +332,25 @@ TEST_CASE("arrivals: a run whose prompts would not fit is refused before its pro
   s.duration_s = 250;
   CHECK(make(s).size() == 200);
 
+  // A trace holds at most as many requests as a run makes (kMaxArrivals), counted within
+  // the run's duration: 2,000,000 lines pass, one more does not.
+  {
+    std::string lines = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+    lines.reserve(50'000'000);
+    for (int i = 0; i <= 2'000'000; ++i) lines += "2023-11-16 10:00:00.0000000,1,1\n";
+    arrival_spec many;
+    many.process = arrival_process::trace;
+    many.duration_s = 1;
+    many.trace = temp_file("many_rows.csv", lines);
+    auto over = make_arrivals(many, 1);
+    REQUIRE(std::holds_alternative<std::string>(over));
+    CHECK(std::get<std::string>(over).find("2000001 requests within the run's duration; at most 2000000") != std::string::npos);
+    lines.resize(lines.size() - std::string("2023-11-16 10:00:00.0000000,1,1\n").size());
+    many.trace = temp_file("many_rows.csv", lines);
+    CHECK(make(many).size() == 2'000'000);
+    std::filesystem::remove(many.trace);
+  }
+
   // Synthetic: 100 requests/s for 10 minutes of 10-million-token prompts would take hundreds
   // of gigabytes; refused from the rate alone (it once ended the process out of memory).
   arrival_spec big;
