@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cassert>
 
 // Inlined here: the block keys and prompt hashes are hot, of short or known lengths.
 #ifndef XXH_INLINE_ALL
