@@ -40,6 +40,10 @@ int run_sim(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       return 2;
     }
     const std::string& v = args[++i];
+    if (v.empty()) {
+      err << "kiln: " << f << " needs a value, got ''\n";
+      return 2;
+    }
     double n = 0;
     if (f == "--seed") {
       if (!parse_number(v, n) || n < 1 || n > 9e15 || n != std::floor(n)) {

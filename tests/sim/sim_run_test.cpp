@@ -262,7 +262,8 @@ TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are
   CHECK(out.str().find("speed-up") != std::string::npos);
   for (const auto& args : std::vector<std::vector<std::string>>{
            {}, {file.string(), "--rate"}, {file.string(), "--rate", "-1"}, {file.string(), "--seed", "x"},
-           {file.string(), "--bogus", "1"}, {file.string(), "--policy", "fastest"}}) {
+           {file.string(), "--bogus", "1"}, {file.string(), "--policy", "fastest"}, {file.string(), "--out", ""},
+           {file.string(), "--trace", ""}}) {
     std::ostringstream o, e;
     CHECK(run_sim(args, o, e) == 2);
     CHECK(!e.str().empty());
