@@ -67,8 +67,8 @@ struct args {
 bool parse_flags(const std::vector<std::string>& v, std::size_t from, args& a, std::string& err) {
   for (std::size_t i = from; i < v.size(); ++i) {
     const std::string& f = v[i];
-    if ((f == "--config" || f == "--port" || f == "--store" || f == "--capture") && i + 1 >= v.size()) {
-      err = f + " needs a value";
+    if ((f == "--config" || f == "--port" || f == "--store" || f == "--capture") && (i + 1 >= v.size() || v[i + 1].empty())) {
+      err = f + " needs a value";  // an empty one would quietly mean the default
       return false;
     }
     if (f == "--config") {

@@ -255,6 +255,23 @@ TEST_CASE("hostile: a config with NaN or infinity is refused with one clear line
   }
 }
 
+TEST_CASE("hostile: kiln serve refuses a flag without a value or with an empty one, rather than taking the default") {
+  for (const char* args : {"--config ''", "--store ''", "--capture ''", "--port ''", "--config", "--store"}) {
+    CAPTURE(args);
+    // Bounded: a regression would start serving (on the default store) instead of ending.
+    const std::string cmd = "timeout 10 " + std::string(kiln_binary()) + " serve --port 0 " + args + " 2>&1";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    const int status = ::pclose(pipe);
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK((out.find("needs a value") != std::string::npos || out.find("--port must be a number") != std::string::npos));
+    CHECK(out.find("serving on") == std::string::npos);
+  }
+}
+
 TEST_CASE("hostile: /metrics passes promtool check metrics") {
   if (::access("/usr/bin/promtool", X_OK) != 0) {
     MESSAGE("skipped: promtool not installed (Debian package prometheus)");
