@@ -38,12 +38,8 @@ json replica(const json& st, const std::string& id) {
 }
 
 std::string run(const std::string& args, int& exit_code) {
-  FILE* pipe = ::popen((std::string(kiln_binary()) + " " + args + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  exit_code = WEXITSTATUS(::pclose(pipe));
+  auto [status, out] = run_command(std::string(kiln_binary()) + " " + args);
+  exit_code = status;
   return out;
 }
 

@@ -26,17 +26,6 @@ namespace {
 
 const std::vector<std::string> kAuth = {"Authorization: Bearer key-search"};
 
-/// A shell command's output (stdout and stderr) and its exit code.
-std::string run_command(const std::string& cmd, int& exit_code) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  exit_code = WEXITSTATUS(::pclose(pipe));
-  return out;
-}
-
 std::string chat(int max_tokens, bool stream = true) {
   return std::string("{\"model\":\"chat-7b\",\"stream\":") + (stream ? "true" : "false") +
          ",\"max_tokens\":" + std::to_string(max_tokens) + ",\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}]}";
@@ -253,8 +242,7 @@ TEST_CASE("hostile: a config with NaN or infinity is refused with one clear line
     CAPTURE(value);
     const std::string path = temp_path("kiln-nan.toml");
     std::ofstream(path) << test_config(1) << "[[pools]]\nmodel = \"x\"\nversion = \"v\"\ngpu_memory_fraction = " << value << "\n";
-    int status = 0;
-    const std::string out = run_command(std::string(kiln_binary()) + " config show --config " + path, status);
+    const auto [status, out] = run_command(std::string(kiln_binary()) + " config show --config " + path);
     CHECK(status == 1);
     CHECK(out.find("pools[1].gpu_memory_fraction must be between 0.05 and 0.99") != std::string::npos);
     std::remove(path.c_str());
@@ -265,8 +253,7 @@ TEST_CASE("hostile: kiln serve refuses a flag without a value or with an empty o
   for (const char* args : {"--config ''", "--store ''", "--capture ''", "--port ''", "--config", "--store"}) {
     CAPTURE(args);
     // Bounded: a regression would start serving (on the default store) instead of ending.
-    int status = 0;
-    const std::string out = run_command("timeout 10 " + std::string(kiln_binary()) + " serve --port 0 " + args, status);
+    const auto [status, out] = run_command("timeout 10 " + std::string(kiln_binary()) + " serve --port 0 " + args);
     CHECK(status == 2);
     CHECK((out.find("needs a value") != std::string::npos || out.find("--port must be a number") != std::string::npos));
     CHECK(out.find("serving on") == std::string::npos);
@@ -286,8 +273,7 @@ TEST_CASE("hostile: /metrics passes promtool check metrics") {
   std::this_thread::sleep_for(200ms);
   const std::string path = temp_path("kiln-metrics.txt");
   std::ofstream(path) << request(p.port(), "GET", "/metrics").body;
-  int status = 0;
-  const std::string out = run_command("/usr/bin/promtool check metrics < " + path, status);
+  const auto [status, out] = run_command("/usr/bin/promtool check metrics < " + path);
   CAPTURE(out);
   CHECK(status == 0);
   CHECK(out.empty());

@@ -258,10 +258,13 @@ std::string cpu_pool(const std::string& model, const std::string& dir, bool make
 }
 
 ops_result run_ops(int port, const std::string& args) {
-  const std::string cmd = std::string(kiln_binary()) + " ops --url http://127.0.0.1:" + std::to_string(port) +
-                          " --admin-key key-admin " + args + " 2>&1";
+  return run_command(std::string(kiln_binary()) + " ops --url http://127.0.0.1:" + std::to_string(port) +
+                     " --admin-key key-admin " + args);
+}
+
+ops_result run_command(const std::string& cmd) {
   ops_result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
   while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);

@@ -61,6 +61,8 @@ struct ops_result {
 };
 /// Runs `kiln ops` against the server on `port` with the tests' admin key.
 ops_result run_ops(int port, const std::string& args);
+/// A shell command's output (stdout and stderr together) and exit status.
+ops_result run_command(const std::string& cmd);
 /// The embedded default with overrides suited to tests (small limits, short timeouts).
 std::string test_config(int replicas = 2, int request_timeout_ms = 400, int grace_ms = 400);
 /// A [[pools]] entry for a cpu pool `model` on `dir` (created as a tiny model if absent).
