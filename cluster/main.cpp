@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (v[0] == "make-tiny-model") {
-    if (v.size() < 2 || v[1].rfind("--", 0) == 0) return usage_error("make-tiny-model needs a directory");
+    if (v.size() < 2 || v[1].empty() || v[1].rfind("--", 0) == 0) return usage_error("make-tiny-model needs a directory");
     std::string size = "tiny", arch = "llama", tokenizer_dir;
     for (std::size_t i = 2; i < v.size(); ++i) {
       if (v[i] == "--size" && i + 1 < v.size()) size = v[++i];

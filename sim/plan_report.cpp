@@ -240,8 +240,9 @@ int run_plan(int argc, const char* const* argv, std::string& out, std::string& e
   int tp = 0;
   for (int i = 0; i < argc; ++i) {
     const std::string f = argv[i];
-    if ((f == "--assumptions" || f == "--weight-dtype" || f == "--kv-dtype" || f == "--tp") && i + 1 >= argc) {
-      err = f + " needs a value";
+    if ((f == "--assumptions" || f == "--weight-dtype" || f == "--kv-dtype" || f == "--tp") &&
+        (i + 1 >= argc || argv[i + 1][0] == '\0')) {
+      err = f + " needs a value";  // an empty one would quietly mean seed 001's
       return 2;
     }
     if (f == "--assumptions") file = argv[++i];

@@ -258,6 +258,9 @@ TEST_CASE("hostile: kiln serve refuses a flag without a value or with an empty o
     CHECK((out.find("needs a value") != std::string::npos || out.find("--port must be a number") != std::string::npos));
     CHECK(out.find("serving on") == std::string::npos);
   }
+  const auto [status, out] = run_command(std::string(kiln_binary()) + " make-tiny-model ''");
+  CHECK(status == 2);
+  CHECK(out.find("make-tiny-model needs a directory") != std::string::npos);
 }
 
 TEST_CASE("hostile: /metrics passes promtool check metrics") {

@@ -162,6 +162,11 @@ TEST_CASE("plan: the assumptions file, its errors, and the flags") {
     CHECK(run_plan(2, uneven, out, err) == 1);
     CHECK(err.find("does not split 64 attention heads and 8 KV heads") != std::string::npos);
   }
+  for (const char* flag : {"--assumptions", "--weight-dtype", "--kv-dtype", "--tp"}) {
+    const char* empty[] = {flag, ""};
+    CHECK(run_plan(2, empty, out, err) == 2);
+    CHECK(err == std::string(flag) + " needs a value");
+  }
   const char* missing[] = {"--assumptions", "/nonexistent/plan.toml"};
   CHECK(run_plan(2, missing, out, err) == 1);
 }
