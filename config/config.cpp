@@ -306,10 +306,7 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     r.fail("routing", "must be prefix_affinity_bounded, round_robin or least_tokens (got \"" + p.routing + "\")");
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
-  // The cost model splits the heads over the GPUs: each holds a whole number of attention
-  // heads, and of KV heads or copies of one.
-  if (const int tp = p.gpu.tensor_parallel;
-      p.shape.heads % tp != 0 || (p.shape.kv_heads % tp != 0 && tp % p.shape.kv_heads != 0))
+  if (const int tp = p.gpu.tensor_parallel; !engine::heads_split_evenly(p.shape.heads, p.shape.kv_heads, tp))
     throw bad_config(path + ".gpu.tensor_parallel: " + std::to_string(tp) + " does not split " + std::to_string(p.shape.heads) +
                      " attention heads and " + std::to_string(p.shape.kv_heads) + " KV heads evenly over the GPUs");
   if (const auto* s = r.table("sim_text")) {

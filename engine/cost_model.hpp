@@ -35,6 +35,12 @@ struct gpu_assumptions {
   double kv_memory_fraction = 0.90;     ///< of HBM for weights + KV; the rest is runtime reserve
 };
 
+/// Whether `tp` GPUs split a model's heads as tensor parallelism needs: each holds a whole
+/// number of attention heads, and of KV heads or copies of one.
+inline bool heads_split_evenly(int heads, int kv_heads, int tp) {
+  return tp > 0 && heads % tp == 0 && (kv_heads % tp == 0 || tp % kv_heads == 0);
+}
+
 /// What one step asks of the hardware: tokens computed and KV tokens read.
 struct step_shape {
   std::int64_t new_tokens = 0;      ///< prefill + decode tokens computed this step

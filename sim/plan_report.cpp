@@ -8,6 +8,7 @@
 
 #include <toml++/toml.h>
 
+#include "engine/cost_model.hpp"
 #include "sim/plan.hpp"
 
 namespace kiln::sim {
@@ -85,11 +86,9 @@ std::string check(const plan_input& in) {
     return "the model shape must be positive";
   if (a.gpus_per_node <= 0 || a.tensor_parallel <= 0 || a.tensor_parallel > a.gpus_per_node)
     return "tensor_parallel must be from 1 to the node's GPUs (" + std::to_string(a.gpus_per_node) + ")";
-  // Each GPU holds a whole number of attention heads, and of KV heads or copies of one.
-  const int tp = a.tensor_parallel;
-  if (a.heads % tp != 0 || (a.kv_heads % tp != 0 && tp % a.kv_heads != 0))
-    return "tensor_parallel " + std::to_string(tp) + " does not split " + std::to_string(a.heads) + " attention heads and " +
-           std::to_string(a.kv_heads) + " KV heads evenly over the GPUs";
+  if (!engine::heads_split_evenly(a.heads, a.kv_heads, a.tensor_parallel))
+    return "tensor_parallel " + std::to_string(a.tensor_parallel) + " does not split " + std::to_string(a.heads) +
+           " attention heads and " + std::to_string(a.kv_heads) + " KV heads evenly over the GPUs";
   if (a.hbm_bytes_per_s <= 0 || a.flops_per_s <= 0 || a.allreduce_bytes_per_s <= 0)
     return "bandwidths and FLOP/s must be positive";
   for (double e : {a.bandwidth_efficiency, a.flops_efficiency, a.end_to_end_efficiency})
