@@ -2,9 +2,18 @@
 // Closed loop: N slots (opened at --ramp per second), each starting a new stream when its
 // last one ends, for --duration seconds. Prints delivered tokens/s, TTFT percentiles, the
 // TTFT overhead beyond the engine's own time to first token, per-stream token rate, and
-// kiln's CPU seconds per million streamed tokens (from /proc/PID/stat, with --pid).
+// kiln's CPU seconds per million streamed tokens (from /proc/PID/stat, with --pid). With
+// --syscalls S it also counts kiln's system calls per thousand tokens over S seconds after the
+// ramp, by `strace -c -f` attached meanwhile (/proc counts no socket calls): a traced process
+// runs slower, so take the run's other figures from a run without it.
+#include <signal.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +46,7 @@ struct options {
   int max_tokens = 300;
   std::string key = "kiln-search-local";
   std::string model = "chat-7b";
+  double syscalls_s = 0;  ///< > 0: count kiln's system calls for this long (strace)
 };
 
 struct sample {
@@ -50,6 +60,7 @@ struct stats {
   std::vector<sample> done;
   int failed = 0;
   clock_type::time_point end_of_run;
+  std::atomic<long long> token_events{0};  ///< content events received so far (read by the tracer)
 };
 
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -164,6 +175,7 @@ class slot : public std::enable_shared_from_this<slot> {
         got_done_ = true;
       } else if (payload.find("\"delta\":{\"content\":") != std::string::npos) {
         if (first_token_ == clock_type::time_point{}) first_token_ = clock_type::now();
+        st_.token_events.fetch_add(1, std::memory_order_relaxed);
       } else if (payload.find("\"usage\":") != std::string::npos) {
         tokens_ = static_cast<int>(extract_number(payload, "completion_tokens"));
         engine_ttft_ms_ = extract_number(payload, "engine_ttft_ms");
@@ -212,10 +224,64 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+extern "C" char** environ;
+
+/// System calls of a process over a window, by strace's summary (-c): calls per syscall.
+struct syscall_window {
+  std::string why;  ///< non-empty: no figures, and why
+  double seconds = 0;
+  long long token_events = 0;
+  std::vector<std::pair<std::string, long long>> calls;  ///< most first
+};
+
+syscall_window no_figures(std::string why) {
+  syscall_window w;
+  w.why = std::move(why);
+  return w;
+}
+
+syscall_window trace_syscalls(int pid, clock_type::time_point from, double length_s, const std::atomic<long long>& events) {
+  syscall_window w;
+  std::this_thread::sleep_until(from);
+  char path[] = "/tmp/stream_load_strace_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return no_figures("cannot make a temporary file");
+  close(fd);
+  const std::string pid_text = std::to_string(pid);
+  const char* argv[] = {"strace", "-c", "-f", "-qq", "-o", path, "-p", pid_text.c_str(), nullptr};
+  pid_t child = 0;
+  if (posix_spawnp(&child, "strace", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) {
+    unlink(path);
+    return no_figures("strace is not installed");
+  }
+  const auto t0 = clock_type::now();
+  const long long e0 = events.load();
+  std::this_thread::sleep_for(std::chrono::duration<double>(length_s));
+  kill(child, SIGINT);  // strace detaches and writes its summary
+  int status = 0;
+  waitpid(child, &status, 0);
+  w.seconds = seconds(clock_type::now() - t0);
+  w.token_events = events.load() - e0;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    std::istringstream in(line);
+    std::vector<std::string> fields;
+    for (std::string x; in >> x;) fields.push_back(x);
+    // % time, seconds, usecs/call, calls, [errors], syscall
+    if (fields.size() < 5 || fields[0] == "%" || fields[0].starts_with("-") || fields.back() == "total") continue;
+    w.calls.emplace_back(fields.back(), std::atoll(fields[3].c_str()));
+  }
+  unlink(path);
+  if (w.calls.empty()) w.why = "strace counted nothing (exit status " + std::to_string(status) + "; may it attach to pid " + pid_text + "?)";
+  std::sort(w.calls.begin(), w.calls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return w;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: stream_load [--port N] [--pid PID] [--streams N] [--duration S] [--ramp PER_S]\n"
-               "                   [--prompt-words N] [--max-tokens N] [--key KEY] [--model M]\n");
+               "                   [--prompt-words N] [--max-tokens N] [--key KEY] [--model M]\n"
+               "                   [--syscalls SECONDS]   (with --pid: strace -c of kiln after the ramp)\n");
   std::exit(2);
 }
 
@@ -234,9 +300,11 @@ options parse(int argc, char** argv) {
     else if (f == "--max-tokens") o.max_tokens = std::atoi(v);
     else if (f == "--key") o.key = v;
     else if (f == "--model") o.model = v;
+    else if (f == "--syscalls") o.syscalls_s = std::atof(v);
     else usage();
   }
-  if (o.streams <= 0 || o.duration_s <= 0 || o.ramp_per_s <= 0 || o.max_tokens <= 0) usage();
+  if (o.streams <= 0 || o.duration_s <= 0 || o.ramp_per_s <= 0 || o.max_tokens <= 0 || o.syscalls_s < 0) usage();
+  if (o.syscalls_s > 0 && o.pid <= 0) usage();
   return o;
 }
 
@@ -278,7 +346,19 @@ int main(int argc, char** argv) {
     });
     timers.push_back(std::move(t));
   }
+  // The syscall window: after the ramp (or from the middle of a shorter run), within the run.
+  std::thread tracer;
+  syscall_window traced;
+  if (opt.syscalls_s > 0) {
+    const double from = std::min(opt.streams / opt.ramp_per_s + 1, opt.duration_s / 2);
+    const double length = std::min(opt.syscalls_s, opt.duration_s - from);
+    tracer = std::thread([&, from, length] {
+      traced = trace_syscalls(opt.pid, t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(from)),
+                              length, st.token_events);
+    });
+  }
   ioc.run();
+  if (tracer.joinable()) tracer.join();
   const double wall = seconds(clock_type::now() - t0);
   const double cpu = cpu_seconds(opt.pid) - cpu0;
   const switches sw1 = context_switches(opt.pid);
@@ -310,6 +390,17 @@ int main(int argc, char** argv) {
     std::printf("cpu_s_per_million_tokens_by_thread");
     for (auto& [name, s] : threads1)
       std::printf(" %s %.2f", name.c_str(), (s - threads0[name]) / (static_cast<double>(tokens) / 1e6));
+    std::printf("\n");
+  }
+  if (opt.syscalls_s > 0 && !traced.why.empty()) std::printf("kiln_syscalls: none counted: %s\n", traced.why.c_str());
+  if (opt.syscalls_s > 0 && traced.why.empty() && traced.token_events > 0) {
+    long long total = 0;
+    for (const auto& [name, n] : traced.calls) total += n;
+    const double per = 1000.0 / static_cast<double>(traced.token_events);
+    std::printf("kiln_syscalls_per_1000_tokens %.1f (over %.1f s traced, %lld tokens):", static_cast<double>(total) * per,
+                traced.seconds, traced.token_events);
+    for (std::size_t i = 0; i < traced.calls.size() && i < 8; ++i)
+      std::printf(" %s %.1f", traced.calls[i].first.c_str(), static_cast<double>(traced.calls[i].second) * per);
     std::printf("\n");
   }
   return st.done.empty() ? 1 : 0;
