@@ -12,11 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <thread>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +24,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -250,9 +250,9 @@ syscall_window trace_syscalls(int pid, clock_type::time_point from, double lengt
   const std::string pid_text = std::to_string(pid);
   const char* argv[] = {"strace", "-c", "-f", "-qq", "-o", path, "-p", pid_text.c_str(), nullptr};
   pid_t child = 0;
-  if (posix_spawnp(&child, "strace", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) {
+  if (const int err = posix_spawnp(&child, "strace", nullptr, nullptr, const_cast<char**>(argv), environ); err != 0) {
     unlink(path);
-    return no_figures("strace is not installed");
+    return no_figures(std::string("cannot run strace: ") + std::strerror(err));
   }
   const auto t0 = clock_type::now();
   const long long e0 = events.load();
@@ -272,7 +272,9 @@ syscall_window trace_syscalls(int pid, clock_type::time_point from, double lengt
     w.calls.emplace_back(fields.back(), std::atoll(fields[3].c_str()));
   }
   unlink(path);
-  if (w.calls.empty()) w.why = "strace counted nothing (exit status " + std::to_string(status) + "; may it attach to pid " + pid_text + "?)";
+  if (w.calls.empty())
+    w.why = "strace counted nothing (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+            "; is it allowed to trace pid " + pid_text + "?)";
   std::sort(w.calls.begin(), w.calls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return w;
 }
