@@ -261,9 +261,20 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   if (auto* e = std::get_if<std::string>(&made)) return *e;
   const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
   book.records.resize(arrivals.size());
-  // The oracle over every arrival, beside the run; redone after it over the served ones
-  // only when some request never reached an engine.
-  auto oracle_all = std::async(std::launch::async, [&] { return oracle_hit_rate(arrivals, block_size, vocab); });
+  // The oracle over every arrival (redone after the run over the served ones only when some
+  // request never reached an engine). With a core to spare beside the regions that run at
+  // once it runs beside them from the start; when every core drives a region, it waits for the
+  // first region to finish and runs on that thread, on the core the others no longer need,
+  // rather than taking a share of every core from the start.
+  const bool region_killed = std::any_of(s.events.begin(), s.events.end(), [](const sim_event& e) { return e.region_kill(); });
+  const std::size_t at_once = regions.size() - (region_killed && regions.size() > 1 ? 1 : 0);
+  oracle_result oracle_all;
+  std::atomic_flag oracle_taken;
+  auto oracle_once = [&] {
+    if (!oracle_taken.test_and_set()) oracle_all = oracle_hit_rate(arrivals, block_size, vocab);
+  };
+  std::future<void> oracle_beside;
+  if (std::thread::hardware_concurrency() > at_once) oracle_beside = std::async(std::launch::async, oracle_once);
   for (std::size_t ri = 0; ri < regions.size(); ++ri)
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   // The global balancer: a conversation (or a request without one) keeps to one region.
@@ -420,8 +431,12 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     std::vector<std::thread> threads;
     std::size_t reporter = dead == 0 ? 1 : 0;
     for (std::size_t ri = 0; ri < regions.size(); ++ri)
-      if (ri != dead && ri != reporter) threads.emplace_back(drive, std::ref(regions[ri]), false, 1e300);
+      if (ri != dead && ri != reporter) threads.emplace_back([&, ri] {
+          drive(regions[ri], false, 1e300);
+          oracle_once();
+        });
     drive(regions[reporter], true, 1e300);
+    oracle_once();
     for (auto& th : threads) th.join();
   }
   for (const auto& rr : regions)
@@ -456,7 +471,8 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   for (auto& [k, line] : log) res.event_log.push_back(std::move(line));
   regions.clear();
   // The oracle over the same requests the engines served (a refused one was never there to hit).
-  res.oracle = oracle_all.get();
+  if (oracle_beside.valid()) oracle_beside.get();
+  res.oracle = oracle_all;
   if (!std::all_of(book.records.begin(), book.records.end(), [](const auto& r) { return r.first_token >= 0; })) {
     std::vector<arrival> served;
     for (std::size_t i = 0; i < arrivals.size(); ++i)
