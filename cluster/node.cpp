@@ -86,7 +86,7 @@ void print_banner(std::ostream& out, const config::kiln_config& cfg, std::uint16
   for (const auto& p : cfg.pools)
     if (region_node)
     out << "  model " << p.model << " version " << p.version << (cfg.live_version(p.model) == p.version ? " (live)" : "")
-        << ": " << p.replicas << " replicas (" << executor_name(p) << ")\n";
+        << ": " << p.replicas << (p.replicas == 1 ? " replica (" : " replicas (") << executor_name(p) << ")\n";
   // A team's key is shown when the config still holds one the store knows; the store keeps
   // only hashes.
   std::string example_key;

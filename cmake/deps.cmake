@@ -41,3 +41,17 @@ find_library(PQ_LIBRARY pq REQUIRED)
 add_library(kiln_pq INTERFACE)
 target_include_directories(kiln_pq INTERFACE ${PQ_INCLUDE_DIR})
 target_link_libraries(kiln_pq INTERFACE ${PQ_LIBRARY})
+
+# tcmalloc (libtcmalloc-minimal4) as the kiln binary's allocator when present: the actors
+# allocate a mailbox element per message and the engines a block table per sequence, and
+# glibc's malloc costs about a tenth of the simulator's CPU (BENCHMARKS.md, "allocator").
+# Without the library kiln links and runs on glibc's malloc.
+option(KILN_TCMALLOC "link the kiln binary with tcmalloc when the library is found" ON)
+set(KILN_TCMALLOC_LIBRARY "")
+if(KILN_TCMALLOC)
+  find_library(KILN_TCMALLOC_LIBRARY_PATH NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
+  if(KILN_TCMALLOC_LIBRARY_PATH)
+    set(KILN_TCMALLOC_LIBRARY ${KILN_TCMALLOC_LIBRARY_PATH})
+  endif()
+endif()
+message(STATUS "kiln: allocator ${KILN_TCMALLOC_LIBRARY}")

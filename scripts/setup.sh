@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libcaf-dev libboost-dev nlohmann-json3-dev libmsgpack-cxx-dev doctest-dev
       libsqlite3-dev sqlite3 libpq-dev postgresql libssl-dev libtomlplusplus-dev libpcre2-dev libxxhash-dev libbenchmark-dev libutf8proc-dev
-      curl python3 prometheus chromium strace)
+      curl python3 prometheus chromium strace libtcmalloc-minimal4)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
