@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <unordered_map>
 #include <span>
 
 #include <xxhash.h>
@@ -72,7 +73,9 @@ std::int32_t length_near(draws& d, int mean) {
 
 std::vector<team_rule> teams_of(const arrival_spec& s) {
   if (!s.teams.empty()) return s.teams;
-  return {team_rule{"sim"}};
+  team_rule one;
+  one.name = "sim";
+  return {one};
 }
 
 /// Gives prompts their blocks: the team's system prompt first, then a conversation's earlier
@@ -362,16 +365,17 @@ class prompt_tree {
   engine::tagged_index branches_;
 };
 
-}  // namespace
-
-oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab) {
+/// The oracle over some arrivals of one team, in order (teams share no blocks, so each
+/// team's prefixes are a tree of their own).
+oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const std::uint32_t> which, int block_size, int vocab) {
   oracle_result r;
   const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
   std::size_t expected = 0;
-  for (const auto& a : arrivals) expected += static_cast<std::size_t>(std::max(0, a.prompt_tokens)) / bs;
+  for (const auto i : which) expected += static_cast<std::size_t>(std::max(0, arrivals[i].prompt_tokens)) / bs;
   prompt_tree tree(expected);
   std::vector<std::uint64_t> names;
-  for (const auto& a : arrivals) {
+  for (const auto i : which) {
+    const arrival& a = arrivals[i];
     const auto n = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
     r.prompt_tokens += static_cast<std::int64_t>(n);
     // A block's tokens are a function of its hash, so a cache block inside a trace block is
@@ -391,6 +395,50 @@ oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_si
     r.reusable_tokens += static_cast<std::int64_t>(std::min(known, usable) * bs);
   }
   return r;
+}
+
+}  // namespace
+
+void oracle_work::split() {
+  std::unordered_map<std::string_view, std::size_t> part_of;
+  std::vector<std::int64_t> tokens;
+  for (std::size_t i = 0; i < arrivals_.size(); ++i) {
+    const auto [it, added] = part_of.try_emplace(arrivals_[i].team, parts_.size());
+    if (added) {
+      parts_.emplace_back();
+      tokens.push_back(0);
+    }
+    parts_[it->second].push_back(static_cast<std::uint32_t>(i));
+    tokens[it->second] += std::max(0, arrivals_[i].prompt_tokens);
+  }
+  // The largest first, so the last part taken is a small one.
+  std::vector<std::size_t> order(parts_.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return tokens[x] > tokens[y]; });
+  std::vector<std::vector<std::uint32_t>> sorted;
+  for (const auto k : order) sorted.push_back(std::move(parts_[k]));
+  parts_ = std::move(sorted);
+  results_.resize(parts_.size());
+}
+
+void oracle_work::help() {
+  std::call_once(split_, [this] { split(); });
+  for (std::size_t k = next_++; k < parts_.size(); k = next_++) results_[k] = oracle_of(arrivals_, parts_[k], block_size_, vocab_);
+}
+
+oracle_result oracle_work::result() const {
+  oracle_result sum;
+  for (const auto& r : results_) {
+    sum.prompt_tokens += r.prompt_tokens;
+    sum.reusable_tokens += r.reusable_tokens;
+  }
+  return sum;
+}
+
+oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab) {
+  oracle_work work(arrivals, block_size, vocab);
+  work.help();
+  return work.result();
 }
 
 }  // namespace kiln::sim

@@ -4,7 +4,9 @@
 // hashes, kiln's own capture files), scaled to a target rate, with rules that give each
 // request a team, a tier and a conversation. Prompts are blocks of tokens named by a hash:
 // equal hashes are equal tokens, so prefix sharing in a trace is prefix sharing in the engines.
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -85,5 +87,28 @@ struct oracle_result {
   double hit_rate() const { return prompt_tokens > 0 ? static_cast<double>(reusable_tokens) / prompt_tokens : 0; }
 };
 oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab);
+
+/// oracle_hit_rate() in parts that several threads can share: one part per team (the oracle
+/// keeps teams apart, as the engines do), the largest first. Any thread may help(), and the
+/// result is the same whichever thread ran which part. It reads `arrivals` in place: they
+/// must outlive it.
+class oracle_work {
+ public:
+  oracle_work(const std::vector<arrival>& arrivals, int block_size, int vocab)
+      : arrivals_(arrivals), block_size_(block_size), vocab_(vocab) {}
+  /// Runs parts no thread has taken until none is left (the first call splits the work).
+  void help();
+  /// The sum over the parts; complete once every thread that helped has returned.
+  oracle_result result() const;
+
+ private:
+  void split();
+  const std::vector<arrival>& arrivals_;
+  int block_size_, vocab_;
+  std::once_flag split_;
+  std::vector<std::vector<std::uint32_t>> parts_;  ///< arrival indices, one team each, in order
+  std::vector<oracle_result> results_;
+  std::atomic<std::size_t> next_{0};
+};
 
 }  // namespace kiln::sim

@@ -265,16 +265,13 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   // request never reached an engine). With a core to spare beside the regions that run at
   // once it runs beside them from the start; when every core drives a region, it waits for the
   // first region to finish and runs on that thread, on the core the others no longer need,
-  // rather than taking a share of every core from the start.
+  // rather than taking a share of every core from the start. It goes a team at a time, so
+  // each region that finishes takes the teams still left.
   const bool region_killed = std::any_of(s.events.begin(), s.events.end(), [](const sim_event& e) { return e.region_kill(); });
   const std::size_t at_once = regions.size() - (region_killed && regions.size() > 1 ? 1 : 0);
-  oracle_result oracle_all;
-  std::atomic_flag oracle_taken;
-  auto oracle_once = [&] {
-    if (!oracle_taken.test_and_set()) oracle_all = oracle_hit_rate(arrivals, block_size, vocab);
-  };
+  oracle_work oracle(arrivals, block_size, vocab);
   std::future<void> oracle_beside;
-  if (std::thread::hardware_concurrency() > at_once) oracle_beside = std::async(std::launch::async, oracle_once);
+  if (std::thread::hardware_concurrency() > at_once) oracle_beside = std::async(std::launch::async, [&] { oracle.help(); });
   for (std::size_t ri = 0; ri < regions.size(); ++ri)
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   // The global balancer: a conversation (or a request without one) keeps to one region.
@@ -433,10 +430,10 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     for (std::size_t ri = 0; ri < regions.size(); ++ri)
       if (ri != dead && ri != reporter) threads.emplace_back([&, ri] {
           drive(regions[ri], false, 1e300);
-          oracle_once();
+          oracle.help();
         });
     drive(regions[reporter], true, 1e300);
-    oracle_once();
+    oracle.help();
     for (auto& th : threads) th.join();
   }
   for (const auto& rr : regions)
@@ -472,7 +469,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   regions.clear();
   // The oracle over the same requests the engines served (a refused one was never there to hit).
   if (oracle_beside.valid()) oracle_beside.get();
-  res.oracle = oracle_all;
+  res.oracle = oracle.result();
   if (!std::all_of(book.records.begin(), book.records.end(), [](const auto& r) { return r.first_token >= 0; })) {
     std::vector<arrival> served;
     for (std::size_t i = 0; i < arrivals.size(); ++i)

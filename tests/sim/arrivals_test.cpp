@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
@@ -237,6 +238,46 @@ TEST_CASE("arrivals: the oracle finds prefixes that branch inside an earlier pro
   }
   CHECK(expected > 0);
   CHECK(oracle_hit_rate(rnd, 16, 32000).reusable_tokens == expected);
+}
+
+TEST_CASE("arrivals: the oracle shared by threads, a team at a time, sums to the one-thread figure") {
+  std::uint64_t x = 11;
+  auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull; };
+  const std::vector<std::string> teams = {"a", "b", "c", "d", "e"};
+  std::vector<arrival> v;
+  for (int i = 0; i < 3000; ++i) {
+    arrival a;
+    a.team = teams[(next() >> 33) % (i < 2000 ? 2 : teams.size())];  // two large teams, three small
+    for (int k = 0, len = 1 + static_cast<int>(next() >> 60); k < len; ++k) a.blocks.push_back((next() >> 62) + (k > 2 ? next() % 4 : 0));
+    a.prompt_tokens = static_cast<int>(a.blocks.size()) * 16 - static_cast<int>(next() >> 61);  // the last block partial or full
+    v.push_back(std::move(a));
+  }
+  const oracle_result one = oracle_hit_rate(v, 16, 32000);
+  oracle_result by_team;
+  for (const auto& t : teams) {
+    std::vector<arrival> mine;
+    for (const auto& a : v)
+      if (a.team == t) mine.push_back(a);
+    const auto r = oracle_hit_rate(mine, 16, 32000);
+    CHECK(r.reusable_tokens > 0);
+    by_team.prompt_tokens += r.prompt_tokens;
+    by_team.reusable_tokens += r.reusable_tokens;
+  }
+  CHECK(one.prompt_tokens == by_team.prompt_tokens);
+  CHECK(one.reusable_tokens == by_team.reusable_tokens);
+  for (int threads : {1, 2, 4, 8}) {
+    oracle_work work(v, 16, 32000);
+    std::vector<std::thread> helpers;
+    for (int t = 0; t < threads; ++t) helpers.emplace_back([&work] { work.help(); });
+    for (auto& h : helpers) h.join();
+    work.help();  // nothing left: changes nothing
+    CHECK(work.result().prompt_tokens == one.prompt_tokens);
+    CHECK(work.result().reusable_tokens == one.reusable_tokens);
+  }
+  const std::vector<arrival> empty;
+  oracle_work none(empty, 16, 32000);
+  none.help();
+  CHECK(none.result().prompt_tokens == 0);
 }
 
 TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines name their place") {
