@@ -44,7 +44,7 @@ target_link_libraries(kiln_pq INTERFACE ${PQ_LIBRARY})
 
 # tcmalloc (libtcmalloc-minimal4) as the kiln binary's allocator when present: the actors
 # allocate a mailbox element per message and the engines a block table per sequence, and
-# glibc's malloc costs about a tenth of the simulator's CPU (BENCHMARKS.md, "allocator").
+# tcmalloc takes 3-6% off the simulator's CPU (BENCHMARKS.md, "an allocator").
 # Without the library kiln links and runs on glibc's malloc.
 option(KILN_TCMALLOC "link the kiln binary with tcmalloc when the library is found" ON)
 set(KILN_TCMALLOC_LIBRARY "")
@@ -54,4 +54,8 @@ if(KILN_TCMALLOC)
     set(KILN_TCMALLOC_LIBRARY ${KILN_TCMALLOC_LIBRARY_PATH})
   endif()
 endif()
-message(STATUS "kiln: allocator ${KILN_TCMALLOC_LIBRARY}")
+if(KILN_TCMALLOC_LIBRARY)
+  message(STATUS "kiln: allocator tcmalloc (${KILN_TCMALLOC_LIBRARY})")
+else()
+  message(STATUS "kiln: allocator glibc malloc")
+endif()
