@@ -90,10 +90,14 @@ class prompt_maker {
     const int total_blocks = (a.prompt_tokens + per - 1) / per;
     std::vector<std::uint64_t> blocks;
     blocks.reserve(static_cast<std::size_t>(std::max(0, total_blocks)));
+    team_state& mine = teams_[team.name];
     const int system = std::min(team.system_prompt_tokens / per, total_blocks);
-    const std::uint64_t team_hash = hash_of(team.name);
-    for (int i = 0; i < system; ++i) blocks.push_back(mix(team_hash, static_cast<std::uint64_t>(i)));
-    auto& open = open_[team.name];
+    if (mine.system.empty()) {  // the team's system prompt, named once
+      const std::uint64_t team_hash = hash_of(team.name);
+      for (int i = 0; i < team.system_prompt_tokens / per; ++i) mine.system.push_back(mix(team_hash, static_cast<std::uint64_t>(i)));
+    }
+    blocks.assign(mine.system.begin(), mine.system.begin() + system);
+    auto& open = mine.open;
     const int turns = std::max(1, spec_.conversation_turns);
     conversation* in = nullptr;  // the conversation this prompt continues or opens
     if (turns > 1 && !open.empty() && d_.uniform() >= 1.0 / turns) {
@@ -122,9 +126,13 @@ class prompt_maker {
     /// where they are while they are filled), not a copy of them.
     const std::vector<std::uint64_t>* blocks = nullptr;
   };
+  struct team_state {
+    std::vector<std::uint64_t> system;  ///< the blocks of its system prompt
+    std::vector<conversation> open;     ///< its latest conversations, oldest first
+  };
   const arrival_spec& spec_;
   draws d_;
-  std::map<std::string, std::vector<conversation>> open_;
+  std::map<std::string, team_state> teams_;
   std::uint64_t conversations_ = 0;
 };
 
