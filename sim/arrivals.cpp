@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <unordered_map>
 #include <span>
@@ -128,7 +129,7 @@ class prompt_maker {
   };
   struct team_state {
     std::vector<std::uint64_t> system;  ///< the blocks of its system prompt
-    std::vector<conversation> open;     ///< its latest conversations, oldest first
+    std::deque<conversation> open;      ///< its latest conversations, oldest first
   };
   const arrival_spec& spec_;
   draws d_;
