@@ -410,23 +410,16 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
 
 void oracle_work::split() {
   std::unordered_map<std::string_view, std::size_t> part_of;
-  std::vector<std::int64_t> tokens;
+  std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> parts;  // prompt tokens, arrivals
   for (std::size_t i = 0; i < arrivals_.size(); ++i) {
-    const auto [it, added] = part_of.try_emplace(arrivals_[i].team, parts_.size());
-    if (added) {
-      parts_.emplace_back();
-      tokens.push_back(0);
-    }
-    parts_[it->second].push_back(static_cast<std::uint32_t>(i));
-    tokens[it->second] += std::max(0, arrivals_[i].prompt_tokens);
+    const auto [it, added] = part_of.try_emplace(arrivals_[i].team, parts.size());
+    if (added) parts.emplace_back();
+    parts[it->second].first += std::max(0, arrivals_[i].prompt_tokens);
+    parts[it->second].second.push_back(static_cast<std::uint32_t>(i));
   }
   // The largest first, so the last part taken is a small one.
-  std::vector<std::size_t> order(parts_.size());
-  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return tokens[x] > tokens[y]; });
-  std::vector<std::vector<std::uint32_t>> sorted;
-  for (const auto k : order) sorted.push_back(std::move(parts_[k]));
-  parts_ = std::move(sorted);
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (auto& [tokens, which] : parts) parts_.push_back(std::move(which));
   results_.resize(parts_.size());
 }
 

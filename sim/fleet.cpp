@@ -261,17 +261,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   if (auto* e = std::get_if<std::string>(&made)) return *e;
   const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
   book.records.resize(arrivals.size());
-  // The oracle over every arrival (redone after the run over the served ones only when some
-  // request never reached an engine). With a core to spare beside the regions that run at
-  // once it runs beside them from the start; when every core drives a region, it waits for the
-  // first region to finish and runs on that thread, on the core the others no longer need,
-  // rather than taking a share of every core from the start. It goes a team at a time, so
-  // each region that finishes takes the teams still left.
-  const bool region_killed = std::any_of(s.events.begin(), s.events.end(), [](const sim_event& e) { return e.region_kill(); });
-  const std::size_t at_once = regions.size() - (region_killed && regions.size() > 1 ? 1 : 0);
-  oracle_work oracle(arrivals, block_size, vocab);
-  std::future<void> oracle_beside;
-  if (std::thread::hardware_concurrency() > at_once) oracle_beside = std::async(std::launch::async, [&] { oracle.help(); });
   for (std::size_t ri = 0; ri < regions.size(); ++ri)
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   // The global balancer: a conversation (or a request without one) keeps to one region.
@@ -290,6 +279,19 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
                                                                        s.regions.begin());
     regions[std::min(ri, regions.size() - 1)].events.push_back(k);
   }
+  // A region killed during the run runs alone to its kill (below).
+  const auto killed = std::find_if(events.begin(), events.end(), [](const sim_event& e) { return e.region_kill(); });
+
+  // The oracle over every arrival (redone after the run over the served ones only when some
+  // request never reached an engine). With a core to spare beside the regions that run at
+  // once it runs beside them from the start; when every core drives a region, it waits for the
+  // first region to finish and runs on that thread, on the core the others no longer need,
+  // rather than taking a share of every core from the start. It goes a team at a time, so
+  // each region that finishes takes the teams still left.
+  const std::size_t at_once = regions.size() - (killed != events.end() && regions.size() > 1 ? 1 : 0);
+  oracle_work oracle(arrivals, block_size, vocab);
+  std::future<void> oracle_beside;
+  if (std::thread::hardware_concurrency() > at_once) oracle_beside = std::async(std::launch::async, [&] { oracle.help(); });
 
   const double end_of_arrivals = arrivals.empty() ? 0 : arrivals.back().t;
   const double horizon = std::max(s.duration_s, end_of_arrivals) + s.drain_s;
@@ -411,7 +413,6 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   };
   // A killed region runs alone to its kill; what it leaves goes to the survivor, which then
   // runs with the others (until then no region's traffic touches another's).
-  const auto killed = std::find_if(events.begin(), events.end(), [](const sim_event& e) { return e.region_kill(); });
   std::size_t dead = regions.size();
   if (killed != events.end()) {
     dead = static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), killed->region) - s.regions.begin());
