@@ -17,6 +17,10 @@ class stream_target {
   virtual void on_error(stream_error ev) = 0;
   /// The team's token limit before the request runs (or is refused); ignored by default.
   virtual void on_rate_limit(rate_limit_info) {}
+  /// Starts loading (never waiting for) what on_tokens will touch, one link deeper per
+  /// `depth` (1: this object's own fields, 2: the next object it calls, ...), so a batch
+  /// can warm the streams ahead of the one it writes; nothing by default.
+  virtual void warm(int /*depth*/) const {}
 };
 
 /// Spawns a sink for one connection. Ending it (stop_sink) tells every engine holding one of

@@ -14,6 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include "net/errors.hpp"
+#include "net/prefetch.hpp"
 #include "net/sse.hpp"
 
 namespace kiln::net {
@@ -58,7 +59,8 @@ class exchange_impl final : public exchange {
  public:
   exchange_impl(std::weak_ptr<connection_impl> c, asio::any_io_executor strand, std::uint64_t serial, http_request req,
                 caller who)
-      : conn_(std::move(c)), strand_(std::move(strand)), serial_(serial), req_(std::move(req)), who_(std::move(who)) {}
+      : conn_(std::move(c)), raw_conn_(conn_.lock().get()), strand_(std::move(strand)), serial_(serial), req_(std::move(req)),
+        who_(std::move(who)) {}
   const http_request& request() const override { return req_; }
   const caller& who() const override { return who_; }
   void respond(int status, std::string body, std::string_view content_type, const header_list& extra) override;
@@ -70,6 +72,7 @@ class exchange_impl final : public exchange {
   void on_interrupt(std::function<void(interruption)> fn) override { interrupt_ = std::move(fn); }
   void after(int ms, std::function<void()> fn) override;
   log_fields& log() override { return log_; }
+  void warm(int depth) const override;
 
   std::uint64_t serial() const { return serial_; }
   void set_body(std::string body) { req_.body = std::move(body); }
@@ -80,6 +83,7 @@ class exchange_impl final : public exchange {
 
  private:
   std::weak_ptr<connection_impl> conn_;
+  const void* raw_conn_;  ///< conn_'s object, only ever prefetched (warm), never read through
   asio::any_io_executor strand_;  ///< the connection's, made once: posting is per token
   std::uint64_t serial_;
   http_request req_;
@@ -177,6 +181,14 @@ class connection_impl final : public connection, public std::enable_shared_from_
   }
 
   bool is_streaming(std::uint64_t serial) const { return active(serial) && streaming_; }
+
+  /// Starts loading what stream() reads and writes (see exchange::warm).
+  void warm() {
+    const auto* from = reinterpret_cast<const char*>(&phase_);
+    prefetch_bytes(from, static_cast<std::size_t>(reinterpret_cast<const char*>(&started_) - from));
+    prefetch_bytes(outbox_.data(), 64);
+    prefetch_bytes(&stream_.socket(), 64);
+  }
 
   void after(std::uint64_t serial, int ms, std::function<void()> fn) {
     if (!active(serial)) return;
@@ -537,6 +549,16 @@ void exchange_impl::stream(std::string_view sse) {
 }
 void exchange_impl::end_stream(int status, std::string_view last) {
   if (auto c = conn_.lock()) c->end_stream(serial_, status, last);
+}
+void exchange_impl::warm(int depth) const {
+  if (depth <= 1) {
+    prefetch_bytes(&log_, sizeof(log_));
+    prefetch_bytes(&conn_, sizeof(conn_));
+    prefetch_bytes(raw_conn_, 64);
+    prefetch_bytes(static_cast<const char*>(raw_conn_) - 32, 32);  // its reference counts, made with it
+    return;
+  }
+  if (auto c = conn_.lock()) c->warm();
 }
 bool exchange_impl::streaming() const {
   auto c = conn_.lock();

@@ -77,6 +77,9 @@ class exchange {
   /// Runs `fn` on the strand after `ms` if the exchange is still in progress then.
   virtual void after(int ms, std::function<void()> fn) = 0;
   virtual log_fields& log() = 0;
+  /// Starts loading what stream() touches, one link deeper per `depth` (see
+  /// stream_target::warm); nothing by default.
+  virtual void warm(int /*depth*/) const {}
 };
 
 }  // namespace kiln::net

@@ -9,6 +9,7 @@
 #include "net/errors.hpp"
 #include "net/front.hpp"
 #include "net/logprobs_json.hpp"
+#include "net/prefetch.hpp"
 #include "net/sse.hpp"
 #include "net/stream_hub.hpp"
 
@@ -71,6 +72,14 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     if (!text.empty() || (want_lp_ && !ev.logprobs.empty()))
       content_event(text, want_lp_, ev.logprobs);
     flush();
+  }
+
+  void warm(int depth) const override {
+    if (depth > 1) return ex_->warm(depth - 1);
+    prefetch_object(this);
+    prefetch_bytes(content_prefix_.data(), content_prefix_.size());
+    prefetch_bytes(sse_.data(), 64);
+    prefetch_bytes(ex_.get(), 64);  // its vtable, for the next depth
   }
 
   void on_end(actors::stream_end ev) override {

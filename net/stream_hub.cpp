@@ -1,5 +1,6 @@
 #include "net/stream_hub.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -39,6 +40,25 @@ struct hub_state {
   run_fn post_io;
   bool one_io_thread = true;
   static inline const char* name = "kiln.stream_hub";
+
+  /// With one I/O thread a batch carries its targets as plain pointers (no reference count
+  /// touched by two threads per stream per step); the hub's own reference is therefore let
+  /// go on the I/O thread, after every batch posted before it.
+  void release_on_io(std::shared_ptr<actors::stream_target> t) {
+    if (one_io_thread && t) post_io([t = std::move(t)] {});
+  }
+  hub_state() = default;
+  hub_state(const hub_state&) = delete;
+  hub_state& operator=(const hub_state&) = delete;
+  ~hub_state() {
+    // The io_context outlives the actor system (node.cpp), so this post is safe; batches
+    // still queued there run before it.
+    if (!one_io_thread || streams.empty() || !post_io) return;
+    std::vector<std::shared_ptr<actors::stream_target>> held;
+    held.reserve(streams.size());
+    for (auto& [id, e] : streams) held.push_back(std::move(e.target));
+    post_io([held = std::move(held)] {});
+  }
 };
 
 using stateful = caf::stateful_actor<hub_state>;
@@ -48,13 +68,25 @@ using target_ptr = std::shared_ptr<actors::stream_target>;
 void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
   auto& st = self->state;
   if (st.one_io_thread) {
-    std::vector<std::pair<target_ptr, actors::stream_tokens>> work;
+    // Plain pointers: each target lives until a job posted after this one (release_on_io).
+    std::vector<std::pair<actors::stream_target*, actors::stream_tokens>> work;
     work.reserve(items.size());
     for (auto& ev : items)
-      if (auto it = st.streams.find(ev.id); it != st.streams.end()) work.emplace_back(it->second.target, std::move(ev));
+      if (auto it = st.streams.find(ev.id); it != st.streams.end()) work.emplace_back(it->second.target.get(), std::move(ev));
     if (work.empty()) return;
     st.post_io([work = std::move(work)]() mutable {
-      for (auto& [t, ev] : work) t->on_tokens(std::move(ev));
+      // Each stream's objects are cold by its next step: while one stream is written, the
+      // next ones' are loaded a link at a time (object, its fields and exchange, the
+      // connection, the connection's buffer and socket), each link one stream further ahead.
+      const std::size_t n = work.size();
+      constexpr std::size_t kAhead = 4;
+      for (std::size_t i = 0; i < std::min(n, kAhead); ++i) __builtin_prefetch(work[i].first);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) __builtin_prefetch(work[i + kAhead].first);
+        for (int depth = 1; depth < static_cast<int>(kAhead); ++depth)
+          if (i + kAhead - depth < n) work[i + kAhead - depth].first->warm(depth);
+        work[i].first->on_tokens(std::move(work[i].second));
+      }
     });
     return;
   }
@@ -71,7 +103,10 @@ void one(stateful* self, Ev ev, void (actors::stream_target::*fn)(Ev), bool last
   auto& st = self->state;
   auto it = st.streams.find(ev.id);
   if (it == st.streams.end()) return;
-  auto job = [t = it->second.target, fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
+  // The last event takes the hub's reference with it, so the target outlives every batch
+  // posted before it.
+  target_ptr t = last ? std::move(it->second.target) : it->second.target;
+  auto job = [t = std::move(t), fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
   if (st.one_io_thread) st.post_io(std::move(job));
   else it->second.on_strand(std::move(job));
   if (last) st.streams.erase(it);
@@ -81,8 +116,18 @@ caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread) {
   self->state.post_io = std::move(post_io);
   self->state.one_io_thread = one_io_thread;
   return {
-      [self](hub_attach_msg& a) { self->state.streams[a.id] = {std::move(a.target), std::move(a.on_strand)}; },
-      [self](hub_detach_msg& d) { self->state.streams.erase(d.id); },
+      [self](hub_attach_msg& a) {
+        auto& e = self->state.streams[a.id];
+        self->state.release_on_io(std::move(e.target));  // an id attached again replaces its target
+        e = {std::move(a.target), std::move(a.on_strand)};
+      },
+      [self](hub_detach_msg& d) {
+        auto& st = self->state;
+        auto it = st.streams.find(d.id);
+        if (it == st.streams.end()) return;
+        st.release_on_io(std::move(it->second.target));
+        st.streams.erase(it);
+      },
       [self](actors::stream_tokens& ev) {
         std::vector<actors::stream_tokens> one_item;
         one_item.push_back(std::move(ev));

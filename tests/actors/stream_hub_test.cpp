@@ -1,0 +1,106 @@
+// The front's stream hub with one I/O thread: a batch reaches its streams in one post, and a
+// stream the hub lets go of (detached, ended, or the hub itself gone) lives until every batch
+// posted before that has run, since batches carry plain pointers.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include "net/stream_hub.hpp"
+#include "tests/support/actor_fixture.hpp"
+
+namespace kiln::net {
+namespace {
+
+using actors::request_id;
+
+/// What every target saw, kept outside them so it can be read after they are gone.
+using journal = std::vector<std::string>;
+
+struct logged_target : actors::stream_target {
+  logged_target(std::string name, std::shared_ptr<journal> log) : name(std::move(name)), log(std::move(log)) {}
+  ~logged_target() override { log->push_back(name + " gone"); }
+  void on_tokens(actors::stream_tokens ev) override { log->push_back(name + " " + ev.text); }
+  void on_end(actors::stream_end) override { log->push_back(name + " end"); }
+  void on_error(actors::stream_error) override { log->push_back(name + " error"); }
+  std::string name;
+  std::shared_ptr<journal> log;
+};
+
+struct hub_fixture : test::actor_fixture {
+  std::vector<std::function<void()>> io_queue;  ///< what the hub posted, run when the test says
+  std::shared_ptr<journal> log = std::make_shared<journal>();
+  caf::actor hub = spawn_stream_hub(sys, [this](std::function<void()> fn) { io_queue.push_back(std::move(fn)); }, true);
+
+  /// Attaches a target the hub alone holds; returns a handle that sees when it is gone.
+  std::weak_ptr<actors::stream_target> attach(request_id id, const std::string& name) {
+    auto t = std::make_shared<logged_target>(name, log);
+    hub_attach(hub, id, t, [](std::function<void()> fn) { fn(); });
+    sched.run();
+    return t;
+  }
+  void batch(std::vector<std::pair<request_id, std::string>> items) {
+    actors::stream_batch b;
+    for (auto& [id, text] : items) b.items.push_back({id, text, 1});
+    caf::anon_send(hub, std::move(b));
+    sched.run();
+  }
+  void run_io() {
+    auto jobs = std::move(io_queue);
+    io_queue.clear();
+    for (auto& j : jobs) {  // as an io_context does: a handler is destroyed once it has run
+      j();
+      j = nullptr;
+    }
+  }
+};
+
+TEST_CASE_FIXTURE(hub_fixture, "a detached stream outlives the batch posted before its detach, and gets nothing after") {
+  const request_id a{1, 1}, b{1, 2};
+  auto wa = attach(a, "a");
+  auto wb = attach(b, "b");
+  batch({{a, "x"}, {b, "y"}});
+  CHECK(io_queue.size() == 1);  // one post for the whole batch
+  hub_detach(hub, a);
+  sched.run();
+  batch({{a, "late"}, {b, "z"}});
+  CHECK_FALSE(wa.expired());  // the hub let go, but a queued batch still names it
+  run_io();
+  CHECK(wa.expired());
+  CHECK_FALSE(wb.expired());
+  CHECK(*log == journal{"a x", "b y", "a gone", "b z"});
+}
+
+TEST_CASE_FIXTURE(hub_fixture, "an ended stream gets its batch, then its end, then is let go; an unknown id is dropped") {
+  const request_id a{2, 1};
+  auto wa = attach(a, "a");
+  batch({{a, "x"}, {request_id{9, 9}, "nobody"}});
+  actors::stream_end end;
+  end.id = a;
+  caf::anon_send(hub, end);
+  sched.run();
+  batch({{a, "after"}});
+  CHECK_FALSE(wa.expired());
+  run_io();
+  CHECK(wa.expired());
+  CHECK(*log == journal{"a x", "a end", "a gone"});
+}
+
+TEST_CASE_FIXTURE(hub_fixture, "a hub that stops lets its streams go only after the batches it posted") {
+  const request_id a{3, 1}, b{3, 2};
+  auto wa = attach(a, "a");
+  auto wb = attach(b, "b");
+  batch({{b, "y"}, {a, "x"}});
+  caf::anon_send_exit(hub, caf::exit_reason::user_shutdown);
+  sched.run();
+  CHECK_FALSE(wa.expired());
+  CHECK_FALSE(wb.expired());
+  run_io();
+  CHECK(wa.expired());
+  CHECK(wb.expired());
+  REQUIRE(log->size() == 4);
+  CHECK((*log)[0] == "b y");
+  CHECK((*log)[1] == "a x");
+}
+
+}  // namespace
+}  // namespace kiln::net
