@@ -554,6 +554,7 @@ void exchange_impl::warm(int depth) const {
   if (depth <= 1) {
     prefetch_bytes(&log_, sizeof(log_));
     prefetch_bytes(&conn_, sizeof(conn_));
+    if (!raw_conn_) return;
     prefetch_bytes(raw_conn_, 64);
     prefetch_bytes(static_cast<const char*>(raw_conn_) - 32, 32);  // its reference counts, made with it
     return;

@@ -31,6 +31,12 @@ struct hub_fixture : test::actor_fixture {
   std::shared_ptr<journal> log = std::make_shared<journal>();
   caf::actor hub = spawn_stream_hub(sys, [this](std::function<void()> fn) { io_queue.push_back(std::move(fn)); }, true);
 
+  ~hub_fixture() {  // the hub's last posts land while the queue still exists
+    caf::anon_send_exit(hub, caf::exit_reason::user_shutdown);
+    sched.run();
+    run_io();
+  }
+
   /// Attaches a target the hub alone holds; returns a handle that sees when it is gone.
   std::weak_ptr<actors::stream_target> attach(request_id id, const std::string& name) {
     auto t = std::make_shared<logged_target>(name, log);
@@ -40,7 +46,13 @@ struct hub_fixture : test::actor_fixture {
   }
   void batch(std::vector<std::pair<request_id, std::string>> items) {
     actors::stream_batch b;
-    for (auto& [id, text] : items) b.items.push_back({id, text, 1});
+    for (auto& [id, text] : items) {
+      actors::stream_tokens ev;
+      ev.id = id;
+      ev.text = text;
+      ev.tokens = 1;
+      b.items.push_back(std::move(ev));
+    }
     caf::anon_send(hub, std::move(b));
     sched.run();
   }
