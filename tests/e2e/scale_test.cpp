@@ -68,8 +68,13 @@ TEST_CASE("scale e2e: stored bounds and warm replicas drive the autoscaler; it a
   CHECK(r.status == 0);
   CHECK(r.out.find("chat-7b@v1 in local: 3 to 4 replicas, 1 warm") != std::string::npos);
   REQUIRE(wait_counts(port, 3, 1));
-  // The warm replica is shown as such, and the cold starts are measured.
-  const auto m = request(port, "GET", "/metrics");
+  // The warm replica is shown as such (once its own gauge says it has loaded: the pool may
+  // count it warm a moment before), and the cold starts are measured.
+  auto m = request(port, "GET", "/metrics");
+  for (int i = 0; i < 100 && m.body.find("state=\"warm\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = request(port, "GET", "/metrics");
+  }
   CHECK(m.body.find("state=\"warm\"") != std::string::npos);
   CHECK(m.body.find("kiln_replica_ready_seconds{") != std::string::npos);
 
