@@ -25,6 +25,7 @@
 #include "net/http_server.hpp"
 #include "cluster/cluster_start.hpp"
 #include "cluster/load_test.hpp"
+#include "cluster/scheduler.hpp"
 #include "sim/gate.hpp"
 
 namespace kiln::cluster {
@@ -285,10 +286,14 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cfg->server.scheduler_threads()));
   caf_cfg.set("logger.console", caf::atom("none"));
   // An idle worker: CAF polls with 50 us sleeps (a context switch each) before it blocks;
-  // blocking at once, woken by new work (or after 1 ms), costs far less (config.hpp).
+  // blocking at once, woken by new work, costs far less (config.hpp). A blocked worker also
+  // wakes after the relaxed sleep to steal from the others: every 1 ms where there are others;
+  // a lone worker has no one to steal from and is always woken by new work, so it sleeps on.
   caf_cfg.set("work-stealing.moderate-poll-attempts", static_cast<std::size_t>(cfg->server.actor_sleep_polls));
-  caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  const auto relaxed = cfg->server.scheduler_threads() == 1 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(1);
+  caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{relaxed});
   if (cfg->cluster.clustered()) configure_cluster(caf_cfg, *cfg);
+  use_lazy_timer_scheduler(caf_cfg);
   caf::actor_system sys{caf_cfg};
   // Model reads, weight uploads and KV allocation run here, never on the actor threads (and
   // end before the actor system does).

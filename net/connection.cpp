@@ -15,6 +15,7 @@
 
 #include "net/errors.hpp"
 #include "net/prefetch.hpp"
+#include "net/scratch.hpp"
 #include "net/sse.hpp"
 
 namespace kiln::net {
@@ -169,6 +170,7 @@ class connection_impl final : public connection, public std::enable_shared_from_
 
   void stream(std::uint64_t serial, std::string_view sse) {
     if (!active(serial) || !streaming_ || sse.empty()) return;
+    if (outbox_.empty() && !writing_ && !too_slow_ && phase_ != phase::closed) return send_now(sse);
     frame(sse);
     flush();
   }
@@ -186,7 +188,6 @@ class connection_impl final : public connection, public std::enable_shared_from_
   void warm() {
     const auto* from = reinterpret_cast<const char*>(&phase_);
     prefetch_bytes(from, static_cast<std::size_t>(reinterpret_cast<const char*>(&started_) - from));
-    prefetch_bytes(outbox_.data(), 64);
     prefetch_bytes(&stream_.socket(), 64);
   }
 
@@ -359,6 +360,27 @@ class connection_impl final : public connection, public std::enable_shared_from_
     if (!chunked_) return append(sse);
     char head[20];
     append({http_chunk_head(sse.size(), head), sse, std::string_view("\r\n")});
+  }
+
+  // Nothing waits before these bytes: they are framed in this thread's scratch memory and
+  // sent from there; only what the socket does not take goes into the outbox.
+  void send_now(std::string_view sse) {
+    scratch buf;
+    std::string& bytes = buf.str();
+    if (chunked_) {
+      char head[20];
+      bytes += http_chunk_head(sse.size(), head);
+      bytes += sse;
+      bytes += "\r\n";
+    } else {
+      bytes += sse;
+    }
+    beast::error_code ec;
+    const std::size_t sent = stream_.socket().send(asio::buffer(bytes), 0, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return abort_request();
+    if (!ec && sent == bytes.size()) return;
+    append(std::string_view(bytes).substr(ec ? 0 : sent));
+    flush();
   }
 
   void finish(int status) {

@@ -10,6 +10,7 @@
 #include "net/front.hpp"
 #include "net/logprobs_json.hpp"
 #include "net/prefetch.hpp"
+#include "net/scratch.hpp"
 #include "net/sse.hpp"
 #include "net/stream_hub.hpp"
 
@@ -66,19 +67,19 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
       }
       return;
     }
-    open_stream(ev.prompt_logprobs);
+    scratch sse;
+    open_stream(sse.str(), ev.prompt_logprobs);
     const std::string safe = tools_ ? tools_->feed(ev.text) : std::string();
     const std::string& text = tools_ ? safe : ev.text;
     if (!text.empty() || (want_lp_ && !ev.logprobs.empty()))
-      content_event(text, want_lp_, ev.logprobs);
-    flush();
+      content_event(sse.str(), text, want_lp_, ev.logprobs);
+    ex_->stream(sse.str());
   }
 
   void warm(int depth) const override {
     if (depth > 1) return ex_->warm(depth - 1);
     prefetch_object(this);
     prefetch_bytes(content_prefix_.data(), content_prefix_.size());
-    prefetch_bytes(sse_.data(), 64);
     prefetch_bytes(ex_.get(), 64);  // its vtable, for the next depth
   }
 
@@ -101,13 +102,15 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     if (tools_) parsed = stream_ ? tools_->finish() : parse_tool_calls(text_, format_, meta_.id);
     const std::string finish_reason = parsed.calls.empty() ? ev.finish_reason : std::string("tool_calls");
     if (stream_) {
-      open_stream();
-      if (!parsed.content.empty()) append_content_event(sse_, content_prefix_, parsed.content, content_suffix(meta_));
-      if (!parsed.calls.empty()) append_sse_event(sse_, chunk_tool_calls_json(meta_, parsed.calls));
-      append_sse_event(sse_, chunk_finish_json(meta_, finish_reason));
-      if (include_usage_) append_sse_event(sse_, chunk_usage_json(meta_, u));
-      append_sse_event(sse_, kSseDone);
-      ex_->end_stream(200, sse_);
+      scratch sse;
+      std::string& out = sse.str();
+      open_stream(out);
+      if (!parsed.content.empty()) append_content_event(out, content_prefix_, parsed.content, content_suffix(meta_));
+      if (!parsed.calls.empty()) append_sse_event(out, chunk_tool_calls_json(meta_, parsed.calls));
+      append_sse_event(out, chunk_finish_json(meta_, finish_reason));
+      if (include_usage_) append_sse_event(out, chunk_usage_json(meta_, u));
+      append_sse_event(out, kSseDone);
+      ex_->end_stream(200, out);
     } else {
       if (text_.empty() && !echo_.empty()) text_ = std::exchange(echo_, {});  // nothing generated
       const std::string& text = tools_ ? parsed.content : text_;
@@ -151,32 +154,30 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
       return ex_->respond(e.status, error_json(e), "application/json", headers);
     }
     // Mid-stream: exactly one error event, then [DONE].
-    append_sse_event(sse_, error_json(e));
-    append_sse_event(sse_, kSseDone);
-    ex_->end_stream(e.status, sse_);
+    scratch sse;
+    append_sse_event(sse.str(), error_json(e));
+    append_sse_event(sse.str(), kSseDone);
+    ex_->end_stream(e.status, sse.str());
   }
 
  private:
   /// The stream's head, role chunk and echo (with the prompt's log-probabilities when asked).
-  void open_stream(const std::vector<engine::token_logprob>& prompt_logprobs = {}) {
+  /// Its events go into `out`.
+  void open_stream(std::string& out, const std::vector<engine::token_logprob>& prompt_logprobs = {}) {
     if (opened_) return;
     opened_ = true;
     ex_->begin_stream(rate_headers_);
     content_prefix_ = content_event_prefix(meta_);
-    if (!meta_.text_completion) append_sse_event(sse_, chunk_role_json(meta_));
+    if (!meta_.text_completion) append_sse_event(out, chunk_role_json(meta_));
     if (!echo_.empty())
-      content_event(std::exchange(echo_, {}), want_lp_ && !prompt_logprobs.empty(), prompt_logprobs);
+      content_event(out, std::exchange(echo_, {}), want_lp_ && !prompt_logprobs.empty(), prompt_logprobs);
   }
   // One content event; with `with_lp` its chunk carries these log-probabilities. (Two calls,
   // not one with a ?: whose std::string result would copy the constant suffix: an
   // allocation per token.)
-  void content_event(std::string_view text, bool with_lp, const std::vector<engine::token_logprob>& lps) {
-    if (with_lp) append_content_event(sse_, content_prefix_, text, lp_.chunk_suffix(lps));
-    else append_content_event(sse_, content_prefix_, text, content_suffix(meta_));
-  }
-  void flush() {
-    ex_->stream(sse_);
-    sse_.clear();
+  void content_event(std::string& out, std::string_view text, bool with_lp, const std::vector<engine::token_logprob>& lps) {
+    if (with_lp) append_content_event(out, content_prefix_, text, lp_.chunk_suffix(lps));
+    else append_content_event(out, content_prefix_, text, content_suffix(meta_));
   }
   void finish() {
     done_ = true;
@@ -202,7 +203,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
   bool done_ = false;
   bool opened_ = false;  ///< the stream's head and role chunk have gone out
   header_list rate_headers_;
-  std::string text_, sse_;  ///< sse_: this stream's events since the last flush (its capacity is kept)
+  std::string text_;  ///< the whole answer (not streamed)
   std::string content_prefix_;  ///< "data: " and the chunk up to its content, rendered once
   std::string echo_;            ///< the prompt, until the answer's first bytes carry it
   completion_usage usage_;

@@ -1,7 +1,5 @@
 #include "net/sse.hpp"
 
-#include <cstdio>
-
 namespace kiln::net {
 
 void append_sse_event(std::string& out, std::string_view payload) {
@@ -18,8 +16,16 @@ void append_sse_event(std::string& out, std::string_view payload) {
 }
 
 std::string_view http_chunk_head(std::size_t size, char (&buf)[20]) {
-  const int n = std::snprintf(buf, sizeof buf, "%zx\r\n", size);
-  return {buf, static_cast<std::size_t>(n)};
+  // Hex digits from the right end of buf, then CRLF (no printf per token).
+  char* end = buf + sizeof buf;
+  char* at = end - 2;
+  at[0] = '\r';
+  at[1] = '\n';
+  do {
+    *--at = "0123456789abcdef"[size & 0xf];
+    size >>= 4;
+  } while (size != 0);
+  return {at, static_cast<std::size_t>(end - at)};
 }
 
 void append_http_chunk(std::string& out, std::string_view bytes) {

@@ -27,3 +27,15 @@ TEST_CASE("sse: HTTP/1.1 chunk framing in hex") {
   CHECK(out.empty());
   CHECK(kLastChunk == "0\r\n\r\n");
 }
+
+TEST_CASE("sse: chunk size lines at the edges of each hex digit") {
+  const std::pair<std::size_t, const char*> cases[] = {
+      {0, "0\r\n"},     {1, "1\r\n"},       {15, "f\r\n"},          {16, "10\r\n"},
+      {255, "ff\r\n"},  {256, "100\r\n"},   {4096, "1000\r\n"},    {0xabcdef, "abcdef\r\n"},
+      {~std::size_t{0}, "ffffffffffffffff\r\n"}};
+  for (const auto& [size, want] : cases) {
+    char buf[20];
+    CAPTURE(size);
+    CHECK(http_chunk_head(size, buf) == want);
+  }
+}
