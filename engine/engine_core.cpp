@@ -180,8 +180,21 @@ seq_output engine_core::advance(sequence& s, token_id tok, const logprob_row* lp
     out.text = s.text.substr(s.emitted, end - s.emitted);
     s.emitted = end;
   }
+  forget_emitted(s);
   out.usage = usage_of(s);
   return out;
+}
+
+// The text already returned is needed only where a stop string could still begin in it (its
+// longest less one byte); the rest is dropped, so a long answer's text stays a few bytes that
+// the next token's step finds in the caches, not a growing string copied as it grows.
+void engine_core::forget_emitted(sequence& s) {
+  std::size_t keep = 0;
+  for (const std::string& stop : s.req.sampling.stop) keep = std::max(keep, stop.empty() ? 0 : stop.size() - 1);
+  if (s.emitted <= keep) return;
+  const std::size_t drop = s.emitted - keep;
+  s.text.erase(0, drop);
+  s.emitted -= drop;
 }
 
 usage engine_core::usage_of(const sequence& s) const {

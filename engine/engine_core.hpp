@@ -110,7 +110,7 @@ class engine_core {
     engine_request req;
     std::uint64_t rng_seed = 0;
     std::uint64_t answer_seed = 0;  ///< what a modelled answer depends on: prompt and seed
-    std::string text;        ///< all decoded text
+    std::string text;        ///< decoded text not yet returned, after the returned bytes a stop string may begin in
     std::size_t emitted = 0; ///< bytes of text already returned
     int generated = 0;
     mutable int cached_tokens = -1;  ///< once admitted, what its first admission found cached
@@ -127,6 +127,8 @@ class engine_core {
   bool quiet_step() const;
   void apply_deferred();
   seq_output advance(sequence& s, token_id tok, const logprob_row* lp = nullptr);
+  /// Drops returned text that no stop string can still begin in.
+  void forget_emitted(sequence& s);
   token_logprob named(const logprob_row& row) const;
   void keep_prompt_logprobs(const prompt_logprobs_part& part);
   void attach_prompt_logprobs(sequence& s, seq_output& out);

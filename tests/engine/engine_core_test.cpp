@@ -162,6 +162,27 @@ TEST_CASE("engine core: a stop string ends the answer before it and is never str
   CHECK(r.text.find(stop) == std::string::npos);
 }
 
+TEST_CASE("engine core: a stop string of several tokens late in a long answer, beside one never met") {
+  auto core = make_core();
+  const std::string full = run_one(*core, "tell me more", greedy(300)).text;
+  // Three words from near the end, so the text before them has long been returned.
+  std::size_t cut = full.find(' ', full.size() * 9 / 10);
+  REQUIRE(cut != std::string::npos);
+  std::size_t end = cut;
+  for (int w = 0; w < 3 && end != std::string::npos; ++w) end = full.find(' ', end + 1);
+  const std::string stop = full.substr(cut, end == std::string::npos ? std::string::npos : end - cut);
+  REQUIRE(stop.size() > 4);
+  cut = full.find(stop);  // its first place, which may be earlier
+  for (const auto& stops : {std::vector<std::string>{stop}, std::vector<std::string>{"\x01never", stop},
+                            std::vector<std::string>{stop, stop.substr(0, 2) + "\x02"}}) {
+    sampling_params sp = greedy(300);
+    sp.stop = stops;
+    const run_result r = run_one(*core, "tell me more", sp);
+    CHECK(r.finish == finish_reason::stop);
+    CHECK(r.text == full.substr(0, cut));
+  }
+}
+
 TEST_CASE("engine core: safe_emit_end holds back a possible stop-string start") {
   std::size_t hit = 0;
   CHECK(safe_emit_end("hello wor", 0, {"world"}, hit) == 6);
