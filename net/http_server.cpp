@@ -133,6 +133,9 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     grace_timer_.expires_after(std::chrono::milliseconds(front_.deps.cfg->server.shutdown_grace_ms));
     grace_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec) return;
+      // The grace is over: no new connections either (clients that keep reconnecting would
+      // otherwise hold the drain open for as long as they go on).
+      self->stop_accepting();
       std::vector<std::shared_ptr<connection>> left;
       {
         std::lock_guard lock(self->mu_);
@@ -176,7 +179,8 @@ void http_server::set_ready() { impl_->front_.ready = true; }
 void http_server::stop() { impl_->stop_hub(); }
 
 void http_server::drain(std::function<void()> on_drained) {
-  // Keep accepting while draining, so that /healthz can say so; stop when drained.
+  // Keep accepting while draining, so that /healthz can say so; stop when drained, or when
+  // the grace period ends.
   impl_->drain([impl = impl_, on_drained = std::move(on_drained)] {
     impl->stop_accepting();
     if (on_drained) on_drained();

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "tests/support/http_client.hpp"
 #include "tests/support/kiln_process.hpp"
@@ -114,6 +116,34 @@ TEST_CASE("hostile: SIGTERM with a client that never reads: kiln still exits soo
   p.signal(SIGTERM);
   CHECK(p.wait_exit(5000) == 0);
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);  // grace 0.3 s + at most 1 s to write the error
+}
+
+TEST_CASE("hostile: SIGTERM while clients keep reconnecting: kiln still exits soon after the grace period") {
+  kiln_process p(fast_config("", /*grace_ms=*/300));
+  const int port = p.port();
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, unavailable{0};
+  // Four clients that open a new connection for every request, as fast as they are answered.
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        const auto r = request(port, "POST", "/v1/chat/completions", chat(3, false), kAuth);
+        if (r.status == 200) ++answered;
+        if (r.status == 503) ++unavailable;
+        if (r.status == 0) std::this_thread::sleep_for(1ms);  // refused: the listener is gone
+      }
+    });
+  REQUIRE(eventually([&] { return answered.load() > 20; }, 10s));
+  const auto t0 = std::chrono::steady_clock::now();
+  p.signal(SIGTERM);
+  const int rc = p.wait_exit(10000);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  stop = true;
+  for (auto& c : clients) c.join();
+  CHECK(rc == 0);
+  CHECK(took < 3s);  // grace 0.3 s, then the listener closes and what is open ends
+  CHECK(unavailable.load() > 0);  // while draining, new requests were told to go elsewhere
 }
 
 TEST_CASE("hostile: at the descriptor limit the accept loop backs off instead of spinning, and recovers") {
