@@ -64,6 +64,18 @@ struct hub_state {
 using stateful = caf::stateful_actor<hub_state>;
 using target_ptr = std::shared_ptr<actors::stream_target>;
 
+// Calls `each` with a step's first tokens before the others: their clients are waiting for
+// them (time to first token), the rest only get one more token each. An engine's plan puts
+// its decodes before the prompts it finishes, so its first tokens come last in a batch. A
+// stream has one item per step, so each stream's own order is kept.
+template <class F>
+void firsts_first(std::vector<actors::stream_tokens>& items, F&& each) {
+  for (auto& ev : items)
+    if (ev.prompt_tokens >= 0) each(ev);
+  for (auto& ev : items)
+    if (ev.prompt_tokens < 0) each(ev);
+}
+
 // A step's tokens: one post for the whole batch on one I/O thread; else one per stream.
 void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
   auto& st = self->state;
@@ -71,8 +83,9 @@ void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
     // Plain pointers: each target lives until a job posted after this one (release_on_io).
     std::vector<std::pair<actors::stream_target*, actors::stream_tokens>> work;
     work.reserve(items.size());
-    for (auto& ev : items)
+    firsts_first(items, [&](actors::stream_tokens& ev) {
       if (auto it = st.streams.find(ev.id); it != st.streams.end()) work.emplace_back(it->second.target.get(), std::move(ev));
+    });
     if (work.empty()) return;
     st.post_io([work = std::move(work)]() mutable {
       // Each stream's objects are cold by its next step: while one stream is written, the
@@ -90,11 +103,11 @@ void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
     });
     return;
   }
-  for (auto& ev : items) {
+  firsts_first(items, [&](actors::stream_tokens& ev) {
     auto it = st.streams.find(ev.id);
-    if (it == st.streams.end()) continue;
+    if (it == st.streams.end()) return;
     it->second.on_strand([t = it->second.target, ev = std::move(ev)]() mutable { t->on_tokens(std::move(ev)); });
-  }
+  });
 }
 
 // One event for one stream, in order with its tokens; `last` ends the stream here.

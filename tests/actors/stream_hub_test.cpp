@@ -44,6 +44,7 @@ struct hub_fixture : test::actor_fixture {
     sched.run();
     return t;
   }
+  /// Items whose text starts with '^' are their streams' first tokens (they carry the prompt's size).
   void batch(std::vector<std::pair<request_id, std::string>> items) {
     actors::stream_batch b;
     for (auto& [id, text] : items) {
@@ -51,6 +52,7 @@ struct hub_fixture : test::actor_fixture {
       ev.id = id;
       ev.text = text;
       ev.tokens = 1;
+      if (!text.empty() && text[0] == '^') ev.prompt_tokens = 12;
       b.items.push_back(std::move(ev));
     }
     caf::anon_send(hub, std::move(b));
@@ -111,6 +113,41 @@ TEST_CASE_FIXTURE(hub_fixture, "a hub that stops lets its streams go only after 
   CHECK(wb.expired());
   REQUIRE(log->size() == 4);
   CHECK((*log)[0] == "b y");
+  CHECK((*log)[1] == "a x");
+}
+
+TEST_CASE_FIXTURE(hub_fixture, "a step's first tokens reach their streams before the others' next tokens") {
+  const request_id a{4, 1}, b{4, 2}, c{4, 3}, d{4, 4};
+  attach(a, "a");
+  attach(b, "b");
+  attach(c, "c");
+  attach(d, "d");
+  // As an engine's plan orders them: decodes, then the prompts it finished.
+  batch({{a, "x"}, {b, "y"}, {c, "^c1"}, {d, "^d1"}});
+  batch({{a, "x2"}, {c, "c2"}, {b, "y2"}, {d, "d2"}});
+  run_io();
+  CHECK(*log == journal{"c ^c1", "d ^d1", "a x", "b y", "a x2", "c c2", "b y2", "d d2"});
+}
+
+TEST_CASE_FIXTURE(test::actor_fixture, "with several I/O threads too, first tokens are handed on first") {
+  auto log = std::make_shared<journal>();
+  caf::actor hub = spawn_stream_hub(sys, nullptr, false);
+  const request_id a{5, 1}, b{5, 2};
+  hub_attach(hub, a, std::make_shared<logged_target>("a", log), [](std::function<void()> fn) { fn(); });
+  hub_attach(hub, b, std::make_shared<logged_target>("b", log), [](std::function<void()> fn) { fn(); });
+  actors::stream_batch batch;
+  batch.items.resize(2);
+  batch.items[0].id = a;
+  batch.items[0].text = "x";
+  batch.items[1].id = b;
+  batch.items[1].text = "^b1";
+  batch.items[1].prompt_tokens = 3;
+  caf::anon_send(hub, std::move(batch));
+  sched.run();
+  caf::anon_send_exit(hub, caf::exit_reason::user_shutdown);
+  sched.run();
+  REQUIRE(log->size() >= 2);
+  CHECK((*log)[0] == "b ^b1");
   CHECK((*log)[1] == "a x");
 }
 
