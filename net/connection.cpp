@@ -367,14 +367,8 @@ class connection_impl final : public connection, public std::enable_shared_from_
   void send_now(std::string_view sse) {
     scratch buf;
     std::string& bytes = buf.str();
-    if (chunked_) {
-      char head[20];
-      bytes += http_chunk_head(sse.size(), head);
-      bytes += sse;
-      bytes += "\r\n";
-    } else {
-      bytes += sse;
-    }
+    if (chunked_) append_http_chunk(bytes, sse);
+    else bytes += sse;
     beast::error_code ec;
     const std::size_t sent = stream_.socket().send(asio::buffer(bytes), 0, ec);
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return abort_request();
