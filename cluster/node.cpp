@@ -288,7 +288,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // An idle worker: CAF polls with 50 us sleeps (a context switch each) before it blocks;
   // blocking at once, woken by new work, costs far less (config.hpp). A blocked worker also
   // wakes after the relaxed sleep to steal from the others: every 1 ms where there are others;
-  // a lone worker has no one to steal from and is always woken by new work, so it sleeps on.
+  // a lone worker has no one to steal from and is woken by new work or its next deadline
+  // (scheduler.hpp), so it sleeps on.
   caf_cfg.set("work-stealing.moderate-poll-attempts", static_cast<std::size_t>(cfg->server.actor_sleep_polls));
   const auto relaxed = cfg->server.scheduler_threads() == 1 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(1);
   caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{relaxed});

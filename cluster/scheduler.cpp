@@ -2,12 +2,15 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include <caf/actor_system.hpp>
+#include <caf/config_value.hpp>
+#include <caf/defaults.hpp>
 #include <caf/detail/thread_safe_actor_clock.hpp>
 #include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
@@ -18,8 +21,10 @@ namespace {
 
 // CAF's scheduler hands out its clock as a thread_safe_actor_clock, so this derives from it;
 // it keeps only the bookkeeping (the schedule and its lookup) of the simple clock beneath and
-// guards it with its own lock instead of the queue to the timer thread.
-class lazy_clock final : public caf::detail::thread_safe_actor_clock {
+// guards it with its own lock instead of the queue to CAF's timer thread. Who waits for the
+// deadlines (a timer thread, or the lone worker between jobs) is the subclass's part: it
+// learns of a deadline sooner than the one it sleeps until through `wake`.
+class deadline_clock : public caf::detail::thread_safe_actor_clock {
  public:
   using base = caf::detail::simple_actor_clock;
 
@@ -38,7 +43,7 @@ class lazy_clock final : public caf::detail::thread_safe_actor_clock {
   void schedule_message(time_point t, caf::group target, caf::strong_actor_ptr sender, caf::message content) override {
     add([&] { base::schedule_message(t, std::move(target), std::move(sender), std::move(content)); });
   }
-  // A cancellation never needs the timer thread awake: what it removes simply does not fire.
+  // A cancellation never needs the waiter awake: what it removes simply does not fire.
   void cancel_ordinary_timeout(caf::abstract_actor* self, caf::atom_value type) override {
     std::lock_guard<std::mutex> guard{mx_};
     base::cancel_ordinary_timeout(self, type);
@@ -56,6 +61,41 @@ class lazy_clock final : public caf::detail::thread_safe_actor_clock {
     base::cancel_all();
   }
 
+ protected:
+  /// A deadline came before the one the waiter sleeps until; called without the lock.
+  virtual void wake() = 0;
+
+  /// Takes what is due at `t` out of the schedule into `due` (in deadline order); the lock held.
+  void take_due(time_point t, std::vector<std::unique_ptr<delayed_event>>& due) {
+    while (!schedule_.empty() && schedule_.begin()->first <= t) {
+      auto i = schedule_.begin();
+      auto ptr = std::move(i->second);
+      if (ptr->backlink != actor_lookup_.end()) actor_lookup_.erase(ptr->backlink);
+      schedule_.erase(i);
+      due.push_back(std::move(ptr));
+    }
+  }
+  time_point next_deadline() const { return schedule_.empty() ? time_point::max() : schedule_.begin()->first; }
+
+  std::mutex mx_;
+  time_point sleeping_until_ = time_point::min();  ///< guarded by mx_; min: awake, sees all
+
+ private:
+  template <class F>
+  void add(F&& f) {
+    bool sooner;
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      f();
+      sooner = schedule_.begin()->first < sleeping_until_;
+    }
+    if (sooner) wake();
+  }
+};
+
+// A timer thread of its own, for schedulers with several workers.
+class lazy_clock final : public deadline_clock {
+ public:
   void start(caf::actor_system& sys) {
     thread_ = std::thread([this, &sys] {
       pthread_setname_np(pthread_self(), "kiln.timer");
@@ -72,34 +112,17 @@ class lazy_clock final : public caf::detail::thread_safe_actor_clock {
     }
     cv_.notify_one();
     if (thread_.joinable()) thread_.join();
-    std::lock_guard<std::mutex> guard{mx_};
-    base::cancel_all();  // what never came due lets go of its actors
+    cancel_all();  // what never came due lets go of its actors
   }
 
  private:
-  template <class F>
-  void add(F&& f) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> guard{mx_};
-      f();
-      wake = schedule_.begin()->first < sleeping_until_;
-    }
-    if (wake) cv_.notify_one();
-  }
+  void wake() override { cv_.notify_one(); }
 
   void run() {
     std::vector<std::unique_ptr<delayed_event>> due;
     std::unique_lock<std::mutex> guard{mx_};
     while (!stopping_) {
-      const auto t = now();
-      while (!schedule_.empty() && schedule_.begin()->first <= t) {
-        auto i = schedule_.begin();
-        auto ptr = std::move(i->second);
-        if (ptr->backlink != actor_lookup_.end()) actor_lookup_.erase(ptr->backlink);
-        schedule_.erase(i);
-        due.push_back(std::move(ptr));
-      }
+      take_due(now(), due);
       if (!due.empty()) {
         // Delivered without the lock, in deadline order: only this thread delivers.
         guard.unlock();
@@ -108,22 +131,82 @@ class lazy_clock final : public caf::detail::thread_safe_actor_clock {
         guard.lock();
         continue;
       }
-      if (schedule_.empty()) {
-        sleeping_until_ = time_point::max();
-        cv_.wait(guard);
-      } else {
-        sleeping_until_ = schedule_.begin()->first;
-        cv_.wait_until(guard, sleeping_until_);
-      }
+      sleeping_until_ = next_deadline();
+      if (sleeping_until_ == time_point::max()) cv_.wait(guard);
+      else cv_.wait_until(guard, sleeping_until_);
       sleeping_until_ = time_point::min();  // awake: whatever arrives is seen before it sleeps
     }
   }
 
-  std::mutex mx_;
   std::condition_variable cv_;
-  time_point sleeping_until_ = time_point::min();
   bool stopping_ = false;
   std::thread thread_;
+};
+
+// No timer thread: the lone worker delivers what is due each time it looks for its next job,
+// and when it has none it blocks only until the next deadline. A step's timer then costs one
+// wakeup of the worker (at the deadline) instead of one of a timer thread, which in turn
+// wakes the worker to run what it delivered.
+class worker_clock final : public deadline_clock {
+ public:
+  /// Worker thread, before its first `arm`: its wait's lock and condition variable (CAF's,
+  /// which new jobs signal). `wake` reads them only after an `arm`, which the lock orders.
+  void attach(std::mutex* lock, std::condition_variable* cv) {
+    if (wait_lock_ != nullptr) return;
+    std::lock_guard<std::mutex> guard{mx_};
+    wait_lock_ = lock;
+    wait_cv_ = cv;
+  }
+
+  /// Worker thread: delivers every deadline that has passed, in deadline order.
+  void ship_due() {
+    if (next_due_.load(std::memory_order_acquire) > now().time_since_epoch().count()) return;
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      take_due(now(), due_);
+      publish_next();
+    }
+    for (auto& e : due_) ship(*e);  // without the lock: what it delivers may set new deadlines
+    due_.clear();
+  }
+
+  /// Worker thread, before it blocks: until when it may sleep. From now until `disarm`, a
+  /// sooner deadline sets `poked` and signals the worker's condition variable.
+  time_point arm() {
+    std::lock_guard<std::mutex> guard{mx_};
+    poked_.store(false, std::memory_order_relaxed);
+    sleeping_until_ = next_deadline();
+    return sleeping_until_;
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> guard{mx_};
+    sleeping_until_ = time_point::min();
+    publish_next();
+  }
+  bool poked() const { return poked_.load(std::memory_order_acquire); }
+
+  void stop() { cancel_all(); }  // the worker has ended: what never came due lets go of its actors
+
+ private:
+  void wake() override {
+    poked_.store(true, std::memory_order_release);
+    { std::lock_guard<std::mutex> guard{*wait_lock_}; }  // the worker is now waiting or will see the flag
+    wait_cv_->notify_one();
+  }
+  // Also after each new deadline, so that a busy worker finds it due without the lock.
+  void publish_next() { next_due_.store(next_deadline().time_since_epoch().count(), std::memory_order_release); }
+
+  std::atomic<time_point::rep> next_due_{time_point::min().time_since_epoch().count()};
+  std::atomic<bool> poked_{false};
+  std::mutex* wait_lock_ = nullptr;
+  std::condition_variable* wait_cv_ = nullptr;
+  std::vector<std::unique_ptr<delayed_event>> due_;
+};
+
+// CAF's work stealing for one worker whose idle wait also keeps the clock (worker_clock).
+struct lone_worker : caf::policy::work_stealing {
+  template <class Worker>
+  caf::resumable* dequeue(Worker* self);
 };
 
 class lazy_timer_coordinator final : public caf::scheduler::coordinator<caf::policy::work_stealing> {
@@ -147,10 +230,54 @@ class lazy_timer_coordinator final : public caf::scheduler::coordinator<caf::pol
   lazy_clock clock_;
 };
 
+class lone_worker_coordinator final : public caf::scheduler::coordinator<lone_worker> {
+ public:
+  using super = caf::scheduler::coordinator<lone_worker>;
+  explicit lone_worker_coordinator(caf::actor_system& sys) : super(sys) {}
+
+  caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
+  worker_clock& deadlines() { return clock_; }
+
+ protected:
+  void stop() override {
+    super::stop();
+    clock_.stop();
+  }
+
+ private:
+  worker_clock clock_;
+};
+
+template <class Worker>
+caf::resumable* lone_worker::dequeue(Worker* self) {
+  auto& clock = static_cast<lone_worker_coordinator*>(self->parent())->deadlines();
+  auto& data = d(self);
+  auto& queue = data.queue;
+  auto& wait = data.waitdata;
+  clock.attach(&wait.lock, &wait.cv);
+  for (;;) {
+    clock.ship_due();
+    for (std::size_t i = 0; i < data.strategies[0].attempts; ++i)
+      if (auto* job = queue.take_head()) return job;
+    const auto until = clock.arm();
+    {
+      std::unique_lock<std::mutex> guard{wait.lock};
+      wait.sleeping = true;
+      auto ready = [&] { return !queue.empty() || clock.poked(); };
+      if (until == caf::actor_clock::time_point::max()) wait.cv.wait(guard, ready);
+      else wait.cv.wait_until(guard, until, ready);
+      wait.sleeping = false;
+    }
+    clock.disarm();
+  }
+}
+
 }  // namespace
 
 void use_lazy_timer_scheduler(caf::actor_system_config& cfg) {
   cfg.module_factories.push_back([](caf::actor_system& sys) -> caf::actor_system::module* {
+    const auto threads = caf::get_or(sys.config(), "scheduler.max-threads", caf::defaults::scheduler::max_threads);
+    if (threads == 1) return new lone_worker_coordinator(sys);
     return new lazy_timer_coordinator(sys);
   });
 }

@@ -1,6 +1,8 @@
-// The serving node's scheduler: its timer thread sleeps until the earliest deadline and is
-// woken only by a sooner one. Delayed messages and request timeouts must behave exactly as
-// with CAF's own timer: in deadline order, never early, cancelled by a reply, all delivered.
+// The serving node's scheduler: its timer (a thread of its own with several workers, the
+// worker itself when it is alone) sleeps until the earliest deadline and is woken only by a
+// sooner one. Delayed messages and request timeouts must behave exactly as with CAF's own
+// timer: in deadline order, never early, cancelled by a reply, all delivered. Each case runs
+// with one worker and with two.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -16,20 +18,27 @@ using namespace std::chrono_literals;
 
 namespace {
 
+template <std::size_t Workers>
 struct system_fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   system_fixture() {
-    cfg.set("scheduler.max-threads", std::size_t{1});
+    cfg.set("scheduler.max-threads", Workers);
     cfg.set("logger.console", caf::atom("none"));
+    cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{1s});  // as `kiln serve` with one worker
     kiln::cluster::use_lazy_timer_scheduler(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 };
 
+using one_worker = system_fixture<1>;
+using two_workers = system_fixture<2>;
+
 }  // namespace
 
-TEST_CASE_FIXTURE(system_fixture, "scheduler: a sooner deadline given later still comes first, none early") {
+TEST_CASE_TEMPLATE("scheduler: a sooner deadline given later still comes first, none early", F, one_worker, two_workers) {
+  F f;
+  auto& sys = f.sys;
   caf::scoped_actor self{*sys};
   std::this_thread::sleep_for(20ms);  // the timer thread is asleep, with nothing due
   const auto start = std::chrono::steady_clock::now();
@@ -53,7 +62,9 @@ TEST_CASE_FIXTURE(system_fixture, "scheduler: a sooner deadline given later stil
   CHECK(at[2] >= 120ms);
 }
 
-TEST_CASE_FIXTURE(system_fixture, "scheduler: request timeouts fire without a reply and are cancelled by one") {
+TEST_CASE_TEMPLATE("scheduler: request timeouts fire without a reply and are cancelled by one", F, one_worker, two_workers) {
+  F f;
+  auto& sys = f.sys;
   auto silent = sys->spawn([](caf::event_based_actor* s) -> caf::behavior {
     return {[s](int) -> caf::result<int> { return s->make_response_promise<int>(); }};
   });
@@ -74,7 +85,9 @@ TEST_CASE_FIXTURE(system_fixture, "scheduler: request timeouts fire without a re
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE_FIXTURE(system_fixture, "scheduler: deadlines from many threads at once all arrive, each once") {
+TEST_CASE_TEMPLATE("scheduler: deadlines from many threads at once all arrive, each once", F, one_worker, two_workers) {
+  F f;
+  auto& sys = f.sys;
   std::atomic<int> seen{0};
   std::vector<std::atomic<int>> each(800);
   auto counter = sys->spawn([&]() -> caf::behavior {
@@ -101,13 +114,47 @@ TEST_CASE_FIXTURE(system_fixture, "scheduler: deadlines from many threads at onc
   caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("scheduler: a system ends with deadlines far ahead still set") {
+TEST_CASE_TEMPLATE("scheduler: a system ends with deadlines far ahead still set", F, one_worker, two_workers) {
   const auto start = std::chrono::steady_clock::now();
   {
-    system_fixture f;
+    F f;
     auto a = f.sys->spawn([]() -> caf::behavior { return {[](int) {}}; });
     caf::delayed_anon_send(a, std::chrono::hours(1), 1);
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   }
   CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+// The lone worker keeps the clock between jobs: a deadline that passes while it runs a long
+// job is delivered as soon as that job ends, and one set by an actor on the worker itself (an
+// engine's next step) wakes it from its idle wait at the deadline.
+TEST_CASE_FIXTURE(one_worker, "scheduler: one worker delivers deadlines that pass while it is busy, and wakes for its own") {
+  caf::scoped_actor self{*sys};
+  const auto start = std::chrono::steady_clock::now();
+  auto busy = sys->spawn([]() -> caf::behavior {
+    return {[](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }};
+  });
+  caf::delayed_anon_send(self, 10ms, 1);
+  caf::anon_send(busy, 60);  // the worker is held 60 ms, past the deadline
+  std::chrono::steady_clock::duration at{};
+  self->receive([&](int) { at = std::chrono::steady_clock::now() - start; }, caf::after(2s) >> [] {});
+  CHECK(at >= 10ms);
+  CHECK(at < 1s);
+  // A ticker re-arms itself from the worker: each tick a deadline set while nothing else runs.
+  auto ticker = sys->spawn([](caf::event_based_actor* s) -> caf::behavior {
+    return {[s](int left, caf::actor reply_to) {
+      if (left == 0) return s->send(reply_to, 0);
+      s->delayed_send(s, 5ms, left - 1, reply_to);
+    }};
+  });
+  const auto ticks_from = std::chrono::steady_clock::now();
+  self->send(ticker, 10, caf::actor{self});
+  bool done = false;
+  self->receive([&](int) { done = true; }, caf::after(2s) >> [] {});
+  const auto took = std::chrono::steady_clock::now() - ticks_from;
+  CHECK(done);
+  CHECK(took >= 50ms);
+  CHECK(took < 1s);  // not held until the relaxed sleep (1 s in serving) per tick
+  caf::anon_send_exit(busy, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(ticker, caf::exit_reason::user_shutdown);
 }
