@@ -514,11 +514,11 @@ class connection_impl final : public connection, public std::enable_shared_from_
     char line[768];
     std::snprintf(line, sizeof line,
                   "access method=%s path=%s team=%s model=%s version=%s replica=%s status=%d prompt_tokens=%d "
-                  "completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
+                  "completion_tokens=%d ttft_ms=%.2f engine_ttft_ms=%.2f duration_ms=%.1f",
                   r.method.empty() ? "-" : r.method.c_str(), r.path.empty() ? "-" : r.path.c_str(),
                   f.team.empty() ? "-" : f.team.c_str(), f.model.empty() ? "-" : f.model.c_str(),
                   f.version.empty() ? "-" : f.version.c_str(), f.replica.empty() ? "-" : f.replica.c_str(), status_,
-                  f.prompt_tokens, f.completion_tokens, f.ttft_ms, ms);
+                  f.prompt_tokens, f.completion_tokens, f.ttft_ms, f.engine_ttft_ms, ms);
     front_.deps.access_log(line);
     status_ = 0;
   }

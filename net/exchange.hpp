@@ -44,7 +44,8 @@ struct log_fields {
   std::string replica;
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  double ttft_ms = -1;
+  double ttft_ms = -1;         ///< request read to first token handed to the socket
+  double engine_ttft_ms = -1;  ///< of which the engine's: the request's arrival there to its first token
 };
 
 /// Why a request in progress is being ended from outside its handler.

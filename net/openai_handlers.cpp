@@ -89,6 +89,7 @@ class chat_call final : public actors::stream_target, public std::enable_shared_
     log.version = ev.model_version;
     log.replica = ev.replica_id;
     log.prompt_tokens = ev.prompt_tokens;
+    log.engine_ttft_ms = ev.engine_ttft_ms;
     const completion_usage u{ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens, ev.model_version,
                              ev.region, ev.replica_id, ev.engine_ttft_ms, ev.attempts};
     if (log.completion_tokens > 0) {

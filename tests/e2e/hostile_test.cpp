@@ -271,6 +271,33 @@ TEST_CASE("hostile: the access log keeps the team and token counts of aborted re
   std::remove(log.c_str());
 }
 
+// The access log splits a request's time to first token into the engine's share (arrival
+// there to first token) and the rest (the front, admission, routing, the way back).
+TEST_CASE("hostile: the access log gives the engine's share of the time to first token") {
+  const std::string log = temp_path("kiln-access-ttft");
+  {
+    kiln_process p(test_config(1), {log, 0, 0, ""});
+    http_conn c(p.port());
+    c.send_raw(make_request("POST", "/v1/chat/completions", chat(5), kAuth));
+    REQUIRE(c.read_head().status == 200);
+    std::string body;
+    while (body.find("[DONE]") == std::string::npos) {
+      const std::string s = c.read_some();
+      REQUIRE(!s.empty());
+      body += s;
+    }
+    REQUIRE(eventually([&] { return read_file(log).find("status=200") != std::string::npos; }, 5s));
+  }
+  std::smatch m;
+  const std::string text = read_file(log);
+  REQUIRE(std::regex_search(text, m, std::regex("status=200 .*ttft_ms=([0-9.]+) engine_ttft_ms=([0-9.]+) duration_ms=([0-9.]+)")));
+  const double ttft = std::stod(m[1]), engine = std::stod(m[2]), whole = std::stod(m[3]);
+  CHECK(engine > 0);
+  CHECK(engine <= ttft);
+  CHECK(ttft <= whole);
+  std::remove(log.c_str());
+}
+
 TEST_CASE("hostile: a config with NaN or infinity is refused with one clear line") {
   for (const char* value : {"nan", "inf", "-inf"}) {
     CAPTURE(value);
