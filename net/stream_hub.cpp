@@ -1,5 +1,7 @@
 #include "net/stream_hub.hpp"
 
+#include "net/io_lane.hpp"
+
 #include <algorithm>
 #include <unordered_map>
 #include <utility>
@@ -35,29 +37,31 @@ struct hub_state {
   struct entry {
     std::shared_ptr<actors::stream_target> target;
     run_fn on_strand;
+    io_lane::seq last = 0;  ///< with one I/O thread: its last item in the lane
   };
   std::unordered_map<actors::request_id, entry, actors::request_id_hash> streams;
-  run_fn post_io;
-  bool one_io_thread = true;
+  std::shared_ptr<io_lane> lane;  ///< with one I/O thread
   static inline const char* name = "kiln.stream_hub";
+
+  bool one_io_thread() const { return lane != nullptr; }
 
   /// With one I/O thread a batch carries its targets as plain pointers (no reference count
   /// touched by two threads per stream per step); the hub's own reference is therefore let
-  /// go on the I/O thread, after every batch posted before it.
+  /// go on the I/O thread, after everything handed on before it.
   void release_on_io(std::shared_ptr<actors::stream_target> t) {
-    if (one_io_thread && t) post_io([t = std::move(t)] {});
+    if (lane && t) lane->push([t = std::move(t)] {});
   }
   hub_state() = default;
   hub_state(const hub_state&) = delete;
   hub_state& operator=(const hub_state&) = delete;
   ~hub_state() {
-    // The io_context outlives the actor system (node.cpp), so this post is safe; batches
-    // still queued there run before it.
-    if (!one_io_thread || streams.empty() || !post_io) return;
+    // The io_context outlives the actor system (node.cpp), so this is safe; what waits in the
+    // lane runs before it.
+    if (!lane || streams.empty()) return;
     std::vector<std::shared_ptr<actors::stream_target>> held;
     held.reserve(streams.size());
     for (auto& [id, e] : streams) held.push_back(std::move(e.target));
-    post_io([held = std::move(held)] {});
+    lane->push([held = std::move(held)] {});
   }
 };
 
@@ -76,31 +80,31 @@ void firsts_first(std::vector<actors::stream_tokens>& items, F&& each) {
     if (ev.prompt_tokens < 0) each(ev);
 }
 
-// A step's tokens: one post for the whole batch on one I/O thread; else one per stream.
+// A step's tokens: into the lane to the one I/O thread (a first token ahead of what waits there,
+// where nothing of its own stream still waits); else one post per stream to its strand.
 void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
   auto& st = self->state;
-  if (st.one_io_thread) {
-    // Plain pointers: each target lives until a job posted after this one (release_on_io).
-    std::vector<std::pair<actors::stream_target*, actors::stream_tokens>> work;
-    work.reserve(items.size());
+  if (st.one_io_thread()) {
+    // Plain pointers: each target lives until a job pushed after this one (release_on_io).
+    std::vector<io_lane::item> ordered, firsts;
+    std::vector<hub_state::entry*> owners;  // ordered[i]'s stream
+    ordered.reserve(items.size());
+    owners.reserve(items.size());
+    const io_lane::seq done = st.lane->done();
     firsts_first(items, [&](actors::stream_tokens& ev) {
-      if (auto it = st.streams.find(ev.id); it != st.streams.end()) work.emplace_back(it->second.target.get(), std::move(ev));
-    });
-    if (work.empty()) return;
-    st.post_io([work = std::move(work)]() mutable {
-      // Each stream's objects are cold by its next step: while one stream is written, the
-      // next ones' are loaded a link at a time (object, its fields and exchange, the
-      // connection, the connection's buffer and socket), each link one stream further ahead.
-      const std::size_t n = work.size();
-      constexpr std::size_t kAhead = 4;
-      for (std::size_t i = 0; i < std::min(n, kAhead); ++i) __builtin_prefetch(work[i].first);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) __builtin_prefetch(work[i + kAhead].first);
-        for (int depth = 1; depth < static_cast<int>(kAhead); ++depth)
-          if (i + kAhead - depth < n) work[i + kAhead - depth].first->warm(depth);
-        work[i].first->on_tokens(std::move(work[i].second));
+      auto it = st.streams.find(ev.id);
+      if (it == st.streams.end()) return;
+      auto& e = it->second;
+      if (ev.prompt_tokens >= 0 && e.last <= done) {
+        firsts.push_back({e.target.get(), std::move(ev), {}});
+        return;
       }
+      ordered.push_back({e.target.get(), std::move(ev), {}});
+      owners.push_back(&e);
     });
+    if (ordered.empty() && firsts.empty()) return;
+    const io_lane::seq base = st.lane->push(std::move(ordered), std::move(firsts));
+    for (std::size_t i = 0; i < owners.size(); ++i) owners[i]->last = base + i;
     return;
   }
   firsts_first(items, [&](actors::stream_tokens& ev) {
@@ -120,14 +124,13 @@ void one(stateful* self, Ev ev, void (actors::stream_target::*fn)(Ev), bool last
   // posted before it.
   target_ptr t = last ? std::move(it->second.target) : it->second.target;
   auto job = [t = std::move(t), fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
-  if (st.one_io_thread) st.post_io(std::move(job));
+  if (st.one_io_thread()) it->second.last = st.lane->push(std::move(job));
   else it->second.on_strand(std::move(job));
   if (last) st.streams.erase(it);
 }
 
 caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread) {
-  self->state.post_io = std::move(post_io);
-  self->state.one_io_thread = one_io_thread;
+  if (one_io_thread) self->state.lane = std::make_shared<io_lane>(std::move(post_io));
   return {
       [self](hub_attach_msg& a) {
         auto& e = self->state.streams[a.id];

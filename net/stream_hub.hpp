@@ -1,8 +1,8 @@
 #pragma once
 // The front's one sink for every stream it serves: engines send it one message per step with
 // the tokens of all its streams (stream_batch), owners and admission their ends, errors and
-// limits. It hands a batch to the I/O thread in one post (with one I/O thread) or to each
-// stream's connection strand (with several). A request is attached before it is submitted and
+// limits. With one I/O thread it hands them on through an io_lane (in order, a slice at a time,
+// first tokens ahead); with several, to each stream's connection strand. A request is attached before it is submitted and
 // detached when its call ends; what arrives for a detached request is dropped.
 #include <functional>
 #include <memory>

@@ -3,8 +3,11 @@
 // posted before that has run, since batches carry plain pointers.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <caf/all.hpp>
 
+#include "net/io_lane.hpp"
 #include "net/stream_hub.hpp"
 #include "tests/support/actor_fixture.hpp"
 
@@ -22,6 +25,7 @@ struct logged_target : actors::stream_target {
   void on_tokens(actors::stream_tokens ev) override { log->push_back(name + " " + ev.text); }
   void on_end(actors::stream_end) override { log->push_back(name + " end"); }
   void on_error(actors::stream_error) override { log->push_back(name + " error"); }
+  void on_rate_limit(actors::rate_limit_info) override { log->push_back(name + " limit"); }
   std::string name;
   std::shared_ptr<journal> log;
 };
@@ -58,10 +62,25 @@ struct hub_fixture : test::actor_fixture {
     caf::anon_send(hub, std::move(b));
     sched.run();
   }
-  void run_io() {
+  /// Runs what was posted, and what that posts, until nothing is left; returns how many ran.
+  int run_io() {
+    int ran = 0;
+    while (!io_queue.empty()) {
+      auto jobs = std::move(io_queue);
+      io_queue.clear();
+      for (auto& j : jobs) {  // as an io_context does: a handler is destroyed once it has run
+        j();
+        j = nullptr;
+        ++ran;
+      }
+    }
+    return ran;
+  }
+  /// Runs only what is posted now (one slice of the lane), not what that posts.
+  void run_io_once() {
     auto jobs = std::move(io_queue);
     io_queue.clear();
-    for (auto& j : jobs) {  // as an io_context does: a handler is destroyed once it has run
+    for (auto& j : jobs) {
       j();
       j = nullptr;
     }
@@ -149,6 +168,60 @@ TEST_CASE_FIXTURE(test::actor_fixture, "with several I/O threads too, first toke
   REQUIRE(log->size() >= 2);
   CHECK((*log)[0] == "b ^b1");
   CHECK((*log)[1] == "a x");
+}
+
+TEST_CASE_FIXTURE(hub_fixture, "the I/O thread gets a backlog a slice at a time; a first token passes it, in order per stream") {
+  constexpr int kStreams = 100;
+  std::vector<std::pair<request_id, std::string>> step1, step2;
+  for (int i = 0; i < kStreams; ++i) {
+    attach(request_id{6, static_cast<std::uint64_t>(i)}, "s" + std::to_string(i));
+    step1.push_back({request_id{6, static_cast<std::uint64_t>(i)}, "1"});
+    step2.push_back({request_id{6, static_cast<std::uint64_t>(i)}, "2"});
+  }
+  const request_id late{6, 1000};
+  attach(late, "late");
+  batch(step1);
+  batch(step2);
+  CHECK(io_queue.size() == 1);  // one runner for everything waiting
+  run_io_once();
+  CHECK(log->size() == io_lane::kSlice);  // the rest waits for the next slice
+  CHECK(io_queue.size() == 1);            // which the runner posted behind whatever else came
+  batch({{late, "^first"}});              // a new stream's first token, behind 168 waiting
+  run_io_once();
+  REQUIRE(log->size() == io_lane::kSlice + 1 + io_lane::kSlice);
+  CHECK((*log)[io_lane::kSlice] == "late ^first");
+  CHECK(run_io() == 6);  // a slice stays within one step's batch: 32 + 4, then 32 + 32 + 32 + 4
+  REQUIRE(log->size() == 2 * kStreams + 1);
+  // Every stream got its step-1 token before its step-2 token.
+  std::map<std::string, std::string> seen;
+  for (const auto& line : *log) {
+    const auto sp = line.find(' ');
+    seen[line.substr(0, sp)] += line.substr(sp + 1);
+  }
+  for (int i = 0; i < kStreams; ++i) CHECK(seen["s" + std::to_string(i)] == "12");
+}
+
+TEST_CASE_FIXTURE(hub_fixture, "a first token does not pass what still waits for its own stream") {
+  const request_id a{7, 1}, b{7, 2}, c{7, 3};
+  attach(a, "a");
+  attach(b, "b");
+  attach(c, "c");
+  batch({{a, "x"}, {b, "y"}});  // waiting
+  actors::rate_limit_info limit;
+  limit.id = c;
+  caf::anon_send(hub, limit);   // c's limit waits behind them
+  sched.run();
+  batch({{c, "^c1"}, {a, "^a-is-not-first"}});
+  run_io();
+  // c's first token stays behind its own limit; a's (said to be first) behind its earlier token.
+  CHECK(*log == journal{"a x", "b y", "c limit", "c ^c1", "a ^a-is-not-first"});
+  // Once nothing waits for it, a stream's first token goes ahead again.
+  const request_id d{7, 4};
+  attach(d, "d");
+  batch({{a, "x2"}, {b, "y2"}});
+  batch({{d, "^d1"}});
+  run_io();
+  CHECK(std::vector<std::string>(log->end() - 3, log->end()) == journal{"d ^d1", "a x2", "b y2"});
 }
 
 }  // namespace
