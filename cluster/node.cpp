@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <utility>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <caf/actor_system.hpp>
@@ -294,8 +296,26 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   const auto relaxed = cfg->server.scheduler_threads() == 1 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(1);
   caf_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{relaxed});
   if (cfg->cluster.clustered()) configure_cluster(caf_cfg, *cfg);
-  use_lazy_timer_scheduler(caf_cfg);
+  // With actors_on_io_thread the actor worker runs the io_context (scheduler.hpp); the guard
+  // keeps it running while it has nothing to do, until the drain stops it.
+  std::shared_ptr<io_sharing> shared_io;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> io_guard;
+  if (cfg->server.actors_on_io_thread) {
+    shared_io = std::make_shared<io_sharing>(ioc);
+    io_guard.emplace(ioc.get_executor());
+  }
+  use_lazy_timer_scheduler(caf_cfg, shared_io);
   caf::actor_system sys{caf_cfg};
+  // Ends the front's I/O: where the actor worker runs it, stops it and waits for the worker to
+  // leave it (so the front is never touched from two threads); else joins the I/O threads.
+  std::vector<std::thread> io_threads;
+  auto end_io = [&] {
+    if (shared_io) {
+      ioc.stop();
+      shared_io->wait_released();
+    }
+    for (auto& t : io_threads) t.join();
+  };
   // Model reads, weight uploads and KV allocation run here, never on the actor threads (and
   // end before the actor system does).
   auto loader = actors::make_thread_loader(2);
@@ -358,6 +378,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   }
   if (auto* err = std::get_if<std::string>(&bound)) {
     std::cerr << "kiln: " << *err << "\n";
+    end_io();
     server.stop();
     stop_cluster(joined);
     if (node) actors::stop_node(node);
@@ -378,8 +399,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
 
   // The front answers while the pools load (/healthz: loading; chat: 503 with Retry-After);
   // the banner comes once they serve.
-  std::vector<std::thread> io_threads;
-  for (int i = 0; i < cfg->server.io_threads; ++i)
+  for (int i = 0; shared_io == nullptr && i < cfg->server.io_threads; ++i)
     io_threads.emplace_back([&ioc] {
       pthread_setname_np(pthread_self(), "kiln.io");  // the front's own CPU shows per thread in /proc
       ioc.run();
@@ -392,7 +412,8 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     print_banner(out, *cfg, std::get<std::uint16_t>(bound), deps.admin_key, *tenants->get(), store_path,
                  opts.capture_path, joined.port);
   }
-  for (auto& t : io_threads) t.join();
+  if (shared_io) shared_io->wait_released();  // the drain stops the io_context
+  end_io();
 
   server.stop();
   stop_cluster(joined);

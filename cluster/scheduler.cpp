@@ -15,6 +15,9 @@
 #include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
 namespace kiln::cluster {
 
 namespace {
@@ -143,6 +146,9 @@ class lazy_clock final : public deadline_clock {
   std::thread thread_;
 };
 
+// Set on the lone worker's own thread: what it enqueues or schedules itself needs no wakeup.
+thread_local bool on_lone_worker = false;
+
 // No timer thread: the lone worker delivers what is due each time it looks for its next job,
 // and when it has none it blocks only until the next deadline. A step's timer then costs one
 // wakeup of the worker (at the deadline) instead of one of a timer thread, which in turn
@@ -151,11 +157,12 @@ class worker_clock final : public deadline_clock {
  public:
   /// Worker thread, before its first `arm`: its wait's lock and condition variable (CAF's,
   /// which new jobs signal). `wake` reads them only after an `arm`, which the lock orders.
-  void attach(std::mutex* lock, std::condition_variable* cv) {
+  void attach(std::mutex* lock, std::condition_variable* cv, boost::asio::io_context* io) {
     if (wait_lock_ != nullptr) return;
     std::lock_guard<std::mutex> guard{mx_};
     wait_lock_ = lock;
     wait_cv_ = cv;
+    io_ = io;
   }
 
   /// Worker thread: delivers every deadline that has passed, in deadline order.
@@ -190,8 +197,10 @@ class worker_clock final : public deadline_clock {
  private:
   void wake() override {
     poked_.store(true, std::memory_order_release);
+    if (on_lone_worker) return;  // set while running an I/O handler: it looks again before it waits
     { std::lock_guard<std::mutex> guard{*wait_lock_}; }  // the worker is now waiting or will see the flag
     wait_cv_->notify_one();
+    if (io_ != nullptr) boost::asio::post(*io_, [] {});  // ends a wait in the io_context
   }
   // Also after each new deadline, so that a busy worker finds it due without the lock.
   void publish_next() { next_due_.store(next_deadline().time_since_epoch().count(), std::memory_order_release); }
@@ -200,13 +209,22 @@ class worker_clock final : public deadline_clock {
   std::atomic<bool> poked_{false};
   std::mutex* wait_lock_ = nullptr;
   std::condition_variable* wait_cv_ = nullptr;
+  boost::asio::io_context* io_ = nullptr;
   std::vector<std::unique_ptr<delayed_event>> due_;
 };
 
 // CAF's work stealing for one worker whose idle wait also keeps the clock (worker_clock).
+//
+// With an io_context to run (io_sharing) it waits in the io_context instead of on its
+// condition variable, and runs an I/O handler after every few jobs when it has many.
 struct lone_worker : caf::policy::work_stealing {
+  static constexpr int kJobsPerIoTurn = 8;
+
   template <class Worker>
   caf::resumable* dequeue(Worker* self);
+
+  template <class Worker>
+  void external_enqueue(Worker* self, caf::resumable* job);
 };
 
 class lazy_timer_coordinator final : public caf::scheduler::coordinator<caf::policy::work_stealing> {
@@ -233,10 +251,11 @@ class lazy_timer_coordinator final : public caf::scheduler::coordinator<caf::pol
 class lone_worker_coordinator final : public caf::scheduler::coordinator<lone_worker> {
  public:
   using super = caf::scheduler::coordinator<lone_worker>;
-  explicit lone_worker_coordinator(caf::actor_system& sys) : super(sys) {}
+  lone_worker_coordinator(caf::actor_system& sys, std::shared_ptr<io_sharing> io) : super(sys), io_(std::move(io)) {}
 
   caf::detail::thread_safe_actor_clock& clock() noexcept override { return clock_; }
   worker_clock& deadlines() { return clock_; }
+  io_sharing* io() { return io_.get(); }
 
  protected:
   void stop() override {
@@ -245,21 +264,72 @@ class lone_worker_coordinator final : public caf::scheduler::coordinator<lone_wo
   }
 
  private:
+  std::shared_ptr<io_sharing> io_;
   worker_clock clock_;
 };
 
 template <class Worker>
+void lone_worker::external_enqueue(Worker* self, caf::resumable* job) {
+  auto& data = d(self);
+  data.queue.append(job);
+  if (on_lone_worker) return;  // the worker itself, in an I/O handler: it looks before it waits
+  std::unique_lock<std::mutex> guard(data.waitdata.lock);
+  if (!data.waitdata.sleeping) return;
+  data.waitdata.cv.notify_one();
+  if (auto* io = static_cast<lone_worker_coordinator*>(self->parent())->io()) boost::asio::post(io->ioc, [] {});
+}
+
+template <class Worker>
 caf::resumable* lone_worker::dequeue(Worker* self) {
-  auto& clock = static_cast<lone_worker_coordinator*>(self->parent())->deadlines();
+  auto* parent = static_cast<lone_worker_coordinator*>(self->parent());
+  auto& clock = parent->deadlines();
+  io_sharing* io = parent->io();
   auto& data = d(self);
   auto& queue = data.queue;
   auto& wait = data.waitdata;
-  clock.attach(&wait.lock, &wait.cv);
+  static thread_local int jobs_since_io = 0;
+  static thread_local bool left_io = false;
+  if (!on_lone_worker) {
+    on_lone_worker = true;
+    if (io != nullptr) pthread_setname_np(pthread_self(), "kiln.io");
+  }
+  clock.attach(&wait.lock, &wait.cv, io ? &io->ioc : nullptr);
   for (;;) {
     clock.ship_due();
+    const bool run_io = io != nullptr && !io->ioc.stopped();
+    if (io != nullptr && !run_io && !left_io) {
+      left_io = true;
+      io->released();
+    }
+    if (run_io && ++jobs_since_io >= kJobsPerIoTurn) {
+      jobs_since_io = 0;
+      io->ioc.poll_one();  // I/O gets a turn between jobs
+      continue;
+    }
     for (std::size_t i = 0; i < data.strategies[0].attempts; ++i)
       if (auto* job = queue.take_head()) return job;
     const auto until = clock.arm();
+    if (run_io) {
+      {
+        std::unique_lock<std::mutex> guard{wait.lock};
+        if (!queue.empty() || clock.poked()) {
+          guard.unlock();
+          clock.disarm();
+          continue;
+        }
+        wait.sleeping = true;
+      }
+      // Runs one I/O handler, waiting in the io_context for one until the next deadline.
+      if (until == caf::actor_clock::time_point::max()) io->ioc.run_one();
+      else io->ioc.run_one_until(until);
+      jobs_since_io = 0;
+      {
+        std::lock_guard<std::mutex> guard{wait.lock};
+        wait.sleeping = false;
+      }
+      clock.disarm();
+      continue;
+    }
     {
       std::unique_lock<std::mutex> guard{wait.lock};
       wait.sleeping = true;
@@ -274,10 +344,23 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
 
 }  // namespace
 
-void use_lazy_timer_scheduler(caf::actor_system_config& cfg) {
-  cfg.module_factories.push_back([](caf::actor_system& sys) -> caf::actor_system::module* {
+void io_sharing::wait_released() {
+  std::unique_lock<std::mutex> guard{mx_};
+  cv_.wait(guard, [this] { return released_; });
+}
+
+void io_sharing::released() {
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    released_ = true;
+  }
+  cv_.notify_all();
+}
+
+void use_lazy_timer_scheduler(caf::actor_system_config& cfg, std::shared_ptr<io_sharing> io) {
+  cfg.module_factories.push_back([io](caf::actor_system& sys) -> caf::actor_system::module* {
     const auto threads = caf::get_or(sys.config(), "scheduler.max-threads", caf::defaults::scheduler::max_threads);
-    if (threads == 1) return new lone_worker_coordinator(sys);
+    if (threads == 1) return new lone_worker_coordinator(sys, io);
     return new lazy_timer_coordinator(sys);
   });
 }

@@ -10,12 +10,34 @@
 // cores) keeps the deadlines itself: it delivers what is due each time it looks for its next
 // job and, idle, blocks only until the next deadline, so an engine step's end is one wakeup
 // of the worker rather than one of a timer thread that then wakes the worker.
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
 #include <caf/actor_system_config.hpp>
+
+namespace boost::asio { class io_context; }
 
 namespace kiln::cluster {
 
+/// An io_context run by the lone actor worker itself (`server.actors_on_io_thread`): between
+/// its jobs, and while it has none, the worker runs the front's I/O, so a request reaches the
+/// actors and a step's tokens reach the sockets without waking another thread.
+class io_sharing {
+ public:
+  explicit io_sharing(boost::asio::io_context& ioc) : ioc(ioc) {}
+  boost::asio::io_context& ioc;
+  /// After `ioc.stop()`: waits until the worker has left the io_context (its last handler done).
+  void wait_released();
+  void released();  ///< the worker
+ private:
+  std::mutex mx_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
 /// Makes `cfg`'s actor systems use that scheduler (work stealing, as CAF's default); the
-/// lone-worker form where `scheduler.max-threads` is 1.
-void use_lazy_timer_scheduler(caf::actor_system_config& cfg);
+/// lone-worker form where `scheduler.max-threads` is 1, which then also runs `io` if given.
+void use_lazy_timer_scheduler(caf::actor_system_config& cfg, std::shared_ptr<io_sharing> io = nullptr);
 
 }  // namespace kiln::cluster

@@ -59,6 +59,14 @@ class reader {
     out = static_cast<T>(*v);
   }
 
+  void boolean(std::string_view key, bool& out) {
+    seen_.insert(std::string(key));
+    const toml::node* n = t_.get(key);
+    if (!n) return;
+    if (!n->is_boolean()) fail(key, "must be true or false");
+    out = *n->value<bool>();
+  }
+
   /// An array of strings.
   void texts(std::string_view key, std::vector<std::string>& out) {
     seen_.insert(std::string(key));
@@ -137,6 +145,9 @@ server_config read_server(const toml::table& t) {
   r.number("io_threads", s.io_threads, 1, 64);
   r.number("actor_threads", s.actor_threads, 0, 64);
   r.number("actor_sleep_polls", s.actor_sleep_polls, 0, 1e6);
+  r.boolean("actors_on_io_thread", s.actors_on_io_thread);
+  if (s.actors_on_io_thread && (s.io_threads != 1 || s.actor_threads > 1))
+    r.fail("actors_on_io_thread", "needs io_threads = 1 and actor_threads 0 or 1 (the one thread runs both)");
   r.number("write_timeout_ms", s.write_timeout_ms, 1, 3.6e6);
   r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
   r.no_unknown_keys();
@@ -519,6 +530,7 @@ std::string upstream_url_problem(std::string_view url) {
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
 
 int server_config::scheduler_threads() const {
+  if (actors_on_io_thread) return 1;
   if (actor_threads > 0) return actor_threads;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
 }

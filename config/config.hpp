@@ -33,7 +33,11 @@ struct server_config {
   /// voluntary context switches from about 290 to 80 per thousand tokens and CPU per token
   /// down by a quarter (BENCHMARKS.md). A blocked thread is woken by new work, or after 1 ms.
   int actor_sleep_polls = 0;
-  /// actor_threads as run: the configured count, or half the cores (at least one).
+  /// The actors run on the one I/O thread (between its handlers, and it waits for either): a
+  /// request reaches the actors, and a step's tokens the sockets, without waking a thread.
+  bool actors_on_io_thread = false;
+  /// actor_threads as run: the configured count, or half the cores (at least one); 1 with
+  /// actors_on_io_thread.
   int scheduler_threads() const;
   int write_timeout_ms = 30000;     ///< a write the client does not take within this ends its stream
   std::size_t max_buffered_bytes = 4 << 20;  ///< per connection: a client further behind is dropped

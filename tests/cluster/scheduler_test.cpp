@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <caf/all.hpp>
 
 #include "cluster/scheduler.hpp"
@@ -157,4 +160,54 @@ TEST_CASE_FIXTURE(one_worker, "scheduler: one worker delivers deadlines that pas
   CHECK(took < 1s);  // not held until the relaxed sleep (1 s in serving) per tick
   caf::anon_send_exit(busy, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(ticker, caf::exit_reason::user_shutdown);
+}
+
+// The lone worker running an io_context (actors_on_io_thread): I/O handlers and actors share
+// its thread; work from another thread and deadlines end its wait in the io_context; once the
+// io_context stops, it says so and goes on with the actors alone.
+TEST_CASE("scheduler: one worker also runs an io_context, woken by I/O, other threads and deadlines") {
+  boost::asio::io_context ioc;
+  auto guard = boost::asio::make_work_guard(ioc);
+  auto io = std::make_shared<kiln::cluster::io_sharing>(ioc);
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", std::size_t{1});
+  cfg.set("logger.console", caf::atom("none"));
+  kiln::cluster::use_lazy_timer_scheduler(cfg, io);
+  caf::actor_system sys{cfg};
+  std::atomic<std::thread::id> actor_thread{}, io_thread{};
+  auto echo = sys.spawn([&]() -> caf::behavior {
+    return {[&](int x) {
+      actor_thread = std::this_thread::get_id();
+      return x;
+    }};
+  });
+  caf::scoped_actor self{sys};
+  // From another thread (this one) while the worker waits in the io_context.
+  std::this_thread::sleep_for(20ms);
+  int got = 0;
+  self->request(echo, 2s, 5).receive([&](int x) { got = x; }, [](caf::error&) { FAIL("no answer"); });
+  CHECK(got == 5);
+  // An I/O handler runs on the same thread as the actors.
+  std::atomic<bool> ran{false};
+  boost::asio::post(ioc, [&] {
+    io_thread = std::this_thread::get_id();
+    ran = true;
+  });
+  for (int i = 0; i < 200 && !ran; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(ran.load());
+  CHECK(io_thread.load() == actor_thread.load());
+  // A deadline set from another thread ends the wait at its time, not later.
+  const auto start = std::chrono::steady_clock::now();
+  self->delayed_send(self, 30ms, 9);
+  std::chrono::steady_clock::duration at{};
+  self->receive([&](int) { at = std::chrono::steady_clock::now() - start; }, caf::after(2s) >> [] {});
+  CHECK(at >= 30ms);
+  CHECK(at < 500ms);
+  // A stopped io_context is left; the actors go on.
+  ioc.stop();
+  io->wait_released();
+  got = 0;
+  self->request(echo, 2s, 6).receive([&](int x) { got = x; }, [](caf::error&) { FAIL("no answer after the I/O stopped"); });
+  CHECK(got == 6);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }

@@ -231,3 +231,21 @@ TEST_CASE("config: autoscale schedules and warm replicas; a bad entry names its 
   CHECK(error_of(scaled + "[[pools.autoscale.schedule]]\ncron = \"0 9 * * *\"\nwhen = 1\n") ==
         "test.toml: pools[0].autoscale.schedule[0].when: unknown key");
 }
+
+TEST_CASE("config: actors on the I/O thread need the one I/O thread and one actor thread, and run one") {
+  const auto ok = kiln::config::parse_config(kMinimal + "[server]\nactors_on_io_thread = true\nactor_threads = 1\n", "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(ok));
+  CHECK(std::get<kiln_config>(ok).server.actors_on_io_thread);
+  CHECK(std::get<kiln_config>(ok).server.scheduler_threads() == 1);
+  const auto automatic = kiln::config::parse_config(kMinimal + "[server]\nactors_on_io_thread = true\n", "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(automatic));
+  CHECK(std::get<kiln_config>(automatic).server.scheduler_threads() == 1);  // not half the cores
+  CHECK(error_of(kMinimal + "[server]\nactors_on_io_thread = true\nio_threads = 2\n") ==
+        "test.toml: server.actors_on_io_thread needs io_threads = 1 and actor_threads 0 or 1 (the one thread runs both)");
+  CHECK(error_of(kMinimal + "[server]\nactors_on_io_thread = true\nactor_threads = 2\n").find("needs io_threads = 1") !=
+        std::string::npos);
+  CHECK(error_of(kMinimal + "[server]\nactors_on_io_thread = 1\n") == "test.toml: server.actors_on_io_thread must be true or false");
+  const auto off = kiln::config::parse_config(kMinimal, "test.toml");
+  REQUIRE(std::holds_alternative<kiln_config>(off));
+  CHECK_FALSE(std::get<kiln_config>(off).server.actors_on_io_thread);
+}

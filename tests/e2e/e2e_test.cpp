@@ -216,11 +216,9 @@ TEST_CASE("e2e: a client that disconnects mid-stream frees its engine slot") {
   check_vanished_client(port);
 }
 
-// Several I/O threads: the hub posts each stream's events to its connection's strand (with one
-// I/O thread, the default, it posts a step's batch to that thread whole).
-TEST_CASE("e2e: with two I/O threads, concurrent streams carry their whole answers in order; a client gone frees its slot") {
-  kiln_process p(with_server(test_config(2), "io_threads = 2\n"));
-  const int port = p.port();
+// Concurrent streams each carry their whole answer in order (the same text as the answer
+// asked for whole), and a client that vanishes frees its slot.
+static void check_streams_whole(int port) {
   constexpr int kStreams = 24;
   std::vector<std::string> streamed(kStreams), whole(kStreams);
   std::vector<int> counted(kStreams, -1);
@@ -252,8 +250,9 @@ TEST_CASE("e2e: with two I/O threads, concurrent streams carry their whole answe
   check_vanished_client(port);
 }
 
-TEST_CASE("e2e: SIGTERM lets open streams finish, refuses new connections, exits 0") {
-  kiln_process p(test_config(1, 400, 3000));
+// SIGTERM with a stream open (a grace long enough for it): the stream finishes, the process
+// exits 0 and takes no new connections.
+static void check_sigterm_drain(kiln_process& p) {
   http_conn c(p.port());
   c.send_raw(make_request("POST", "/v1/chat/completions", chat_body(true, 60), kAuth));
   REQUIRE(c.read_head().status == 200);
@@ -264,6 +263,25 @@ TEST_CASE("e2e: SIGTERM lets open streams finish, refuses new connections, exits
   CHECK(body.find("\"completion_tokens\":60") != std::string::npos);
   CHECK(p.wait_exit(5000) == 0);
   CHECK_FALSE(http_conn(p.port()).ok());
+}
+
+// Several I/O threads: the hub posts each stream's events to its connection's strand (with one
+// I/O thread, the default, it hands them to that thread through its lane).
+TEST_CASE("e2e: with two I/O threads, concurrent streams carry their whole answers in order; a client gone frees its slot") {
+  kiln_process p(with_server(test_config(2), "io_threads = 2\n"));
+  check_streams_whole(p.port());
+}
+
+// The actors on the I/O thread: one thread runs the front and every actor, waiting for either.
+TEST_CASE("e2e: with the actors on the I/O thread, streams are whole and in order, and SIGTERM drains and exits 0") {
+  kiln_process p(with_server(test_config(2, 400, 3000), "actors_on_io_thread = true\n"));
+  check_streams_whole(p.port());
+  check_sigterm_drain(p);
+}
+
+TEST_CASE("e2e: SIGTERM lets open streams finish, refuses new connections, exits 0") {
+  kiln_process p(test_config(1, 400, 3000));
+  check_sigterm_drain(p);
 }
 
 TEST_CASE("e2e: after the grace period a stream still open ends with an error event") {
