@@ -216,7 +216,8 @@ class worker_clock final : public deadline_clock {
 // CAF's work stealing for one worker whose idle wait also keeps the clock (worker_clock).
 //
 // With an io_context to run (io_sharing) it waits in the io_context instead of on its
-// condition variable, and runs an I/O handler after every few jobs when it has many.
+// condition variable, and runs the I/O handlers that are ready after every few jobs when it
+// has many (all of them: the front falling behind the engines would only queue their tokens).
 struct lone_worker : caf::policy::work_stealing {
   static constexpr int kJobsPerIoTurn = 8;
 
@@ -303,7 +304,7 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
     }
     if (run_io && ++jobs_since_io >= kJobsPerIoTurn) {
       jobs_since_io = 0;
-      io->ioc.poll_one();  // I/O gets a turn between jobs
+      io->ioc.poll();  // I/O gets a turn between jobs: what is ready now, and what that posts
       continue;
     }
     for (std::size_t i = 0; i < data.strategies[0].attempts; ++i)

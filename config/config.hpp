@@ -35,6 +35,11 @@ struct server_config {
   int actor_sleep_polls = 0;
   /// The actors run on the one I/O thread (between its handlers, and it waits for either): a
   /// request reaches the actors, and a step's tokens the sockets, without waking a thread.
+  /// Measured with 1,000 streams on 2 cores (BENCHMARKS.md, issue 11): CPU per token 1.10-1.16x
+  /// the bare epoll server's instead of 1.24-1.26x with two threads, 9 voluntary context
+  /// switches per thousand tokens instead of 65. Not yet the default: engines far faster than
+  /// a GPU (steps of 0.2 ms) on a CPU shared with other busy processes then take most of the one
+  /// thread, and a stalled client's deadline or buffer cap is noticed seconds late.
   bool actors_on_io_thread = false;
   /// actor_threads as run: the configured count, or half the cores (at least one); 1 with
   /// actors_on_io_thread.
