@@ -3,8 +3,10 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 namespace kiln::cluster {
 
@@ -67,6 +70,8 @@ class deadline_clock : public caf::detail::thread_safe_actor_clock {
  protected:
   /// A deadline came before the one the waiter sleeps until; called without the lock.
   virtual void wake() = 0;
+  /// A deadline was added; called with the lock held.
+  virtual void added() {}
 
   /// Takes what is due at `t` out of the schedule into `due` (in deadline order); the lock held.
   void take_due(time_point t, std::vector<std::unique_ptr<delayed_event>>& due) {
@@ -90,6 +95,7 @@ class deadline_clock : public caf::detail::thread_safe_actor_clock {
     {
       std::lock_guard<std::mutex> guard{mx_};
       f();
+      added();
       sooner = schedule_.begin()->first < sleeping_until_;
     }
     if (sooner) wake();
@@ -195,6 +201,7 @@ class worker_clock final : public deadline_clock {
   void stop() { cancel_all(); }  // the worker has ended: what never came due lets go of its actors
 
  private:
+  void added() override { publish_next(); }
   void wake() override {
     poked_.store(true, std::memory_order_release);
     if (on_lone_worker) return;  // set while running an I/O handler: it looks again before it waits
@@ -202,7 +209,7 @@ class worker_clock final : public deadline_clock {
     wait_cv_->notify_one();
     if (io_ != nullptr) boost::asio::post(*io_, [] {});  // ends a wait in the io_context
   }
-  // Also after each new deadline, so that a busy worker finds it due without the lock.
+  // After each change, so that a busy worker finds what is due without the lock.
   void publish_next() { next_due_.store(next_deadline().time_since_epoch().count(), std::memory_order_release); }
 
   std::atomic<time_point::rep> next_due_{time_point::min().time_since_epoch().count()};
@@ -258,6 +265,16 @@ class lone_worker_coordinator final : public caf::scheduler::coordinator<lone_wo
   worker_clock& deadlines() { return clock_; }
   io_sharing* io() { return io_.get(); }
 
+  /// The lone worker, waiting in the io_context: a timer (kernel timer, exact) at `until`. An
+  /// io_context's own wait takes whole milliseconds, too coarse for an engine's steps.
+  void wake_io_at(caf::actor_clock::time_point until) {
+    if (until == io_wake_at_ && until > std::chrono::steady_clock::now()) return;  // set and not yet passed
+    if (!io_timer_) io_timer_.emplace(io_->ioc);
+    io_wake_at_ = until;
+    io_timer_->expires_at(until);  // a wait for another time ends (aborted) and is replaced
+    io_timer_->async_wait([](const boost::system::error_code&) {});
+  }
+
  protected:
   void stop() override {
     super::stop();
@@ -266,6 +283,8 @@ class lone_worker_coordinator final : public caf::scheduler::coordinator<lone_wo
 
  private:
   std::shared_ptr<io_sharing> io_;
+  std::optional<boost::asio::steady_timer> io_timer_;  // the worker's alone
+  caf::actor_clock::time_point io_wake_at_ = caf::actor_clock::time_point::min();
   worker_clock clock_;
 };
 
@@ -320,9 +339,9 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
         }
         wait.sleeping = true;
       }
-      // Runs one I/O handler, waiting in the io_context for one until the next deadline.
-      if (until == caf::actor_clock::time_point::max()) io->ioc.run_one();
-      else io->ioc.run_one_until(until);
+      // Runs one I/O handler, waiting in the io_context for one (or for the next deadline's timer).
+      if (until != caf::actor_clock::time_point::max()) parent->wake_io_at(until);
+      io->ioc.run_one();
       jobs_since_io = 0;
       {
         std::lock_guard<std::mutex> guard{wait.lock};

@@ -162,6 +162,34 @@ TEST_CASE_FIXTURE(one_worker, "scheduler: one worker delivers deadlines that pas
   caf::anon_send_exit(ticker, caf::exit_reason::user_shutdown);
 }
 
+// A worker that never runs out of jobs (two actors passing a message back and forth for
+// 400 ms) still delivers a deadline set meanwhile when it falls due, not once it is idle.
+TEST_CASE_TEMPLATE("scheduler: a busy worker delivers a new deadline on time", F, one_worker, two_workers) {
+  F f;
+  caf::scoped_actor self{*f.sys};
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + 400ms;
+  auto pong = f.sys->spawn([until](caf::event_based_actor* s) -> caf::behavior {
+    return {[s, until](int n, caf::actor back) {
+      if (std::chrono::steady_clock::now() < until) s->send(back, n + 1, caf::actor_cast<caf::actor>(s));
+    }};
+  });
+  auto ping = f.sys->spawn([until, &self, pong](caf::event_based_actor* s) -> caf::behavior {
+    s->delayed_send(caf::actor{self}, 20ms, 1);  // set on the worker, while it is busy
+    s->send(pong, 0, caf::actor_cast<caf::actor>(s));
+    return {[s, until](int n, caf::actor back) {
+      if (std::chrono::steady_clock::now() < until) s->send(back, n + 1, caf::actor_cast<caf::actor>(s));
+    }};
+  });
+  std::chrono::steady_clock::duration at{};
+  self->receive([&](int) { at = std::chrono::steady_clock::now() - start; }, caf::after(2s) >> [] {});
+  CHECK(at >= 20ms);
+  CHECK(at < 300ms);  // before the two stop at 400 ms
+  std::this_thread::sleep_for(450ms);
+  caf::anon_send_exit(ping, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pong, caf::exit_reason::user_shutdown);
+}
+
 // The lone worker running an io_context (actors_on_io_thread): I/O handlers and actors share
 // its thread; work from another thread and deadlines end its wait in the io_context; once the
 // io_context stops, it says so and goes on with the actors alone.
