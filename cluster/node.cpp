@@ -300,7 +300,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
   // keeps it running while it has nothing to do, until the drain stops it.
   std::shared_ptr<io_sharing> shared_io;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> io_guard;
-  if (cfg->server.actors_on_io_thread) {
+  if (cfg->server.runs_actors_on_io_thread()) {
     shared_io = std::make_shared<io_sharing>(ioc);
     io_guard.emplace(ioc.get_executor());
   }

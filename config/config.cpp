@@ -145,8 +145,12 @@ server_config read_server(const toml::table& t) {
   r.number("io_threads", s.io_threads, 1, 64);
   r.number("actor_threads", s.actor_threads, 0, 64);
   r.number("actor_sleep_polls", s.actor_sleep_polls, 0, 1e6);
-  r.boolean("actors_on_io_thread", s.actors_on_io_thread);
-  if (s.actors_on_io_thread && (s.io_threads != 1 || s.actor_threads > 1))
+  if (t.contains("actors_on_io_thread")) {
+    bool on = false;
+    r.boolean("actors_on_io_thread", on);
+    s.actors_on_io_thread = on;
+  }
+  if (s.actors_on_io_thread.value_or(false) && (s.io_threads != 1 || s.actor_threads > 1))
     r.fail("actors_on_io_thread", "needs io_threads = 1 and actor_threads 0 or 1 (the one thread runs both)");
   r.number("write_timeout_ms", s.write_timeout_ms, 1, 3.6e6);
   r.number("max_buffered_bytes", s.max_buffered_bytes, 4096, 1e9);
@@ -529,10 +533,19 @@ std::string upstream_url_problem(std::string_view url) {
 
 std::string pool_config::resolved_model_dir() const { return expand_home(model_dir); }
 
+namespace {
+int half_the_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2); }
+}  // namespace
+
+bool server_config::runs_actors_on_io_thread() const {
+  if (actors_on_io_thread) return *actors_on_io_thread;
+  return io_threads == 1 && (actor_threads == 0 ? half_the_cores() : actor_threads) == 1;
+}
+
 int server_config::scheduler_threads() const {
-  if (actors_on_io_thread) return 1;
+  if (runs_actors_on_io_thread()) return 1;
   if (actor_threads > 0) return actor_threads;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  return half_the_cores();
 }
 
 std::int64_t pool_config::pool_capacity_tokens() const {

@@ -37,12 +37,14 @@ struct server_config {
   /// request reaches the actors, and a step's tokens the sockets, without waking a thread.
   /// Measured with 1,000 streams on 2 cores (BENCHMARKS.md, issue 11): CPU per token 1.10-1.16x
   /// the bare epoll server's instead of 1.24-1.26x with two threads, 9 voluntary context
-  /// switches per thousand tokens instead of 65. Not yet the default: engines far faster than
-  /// a GPU (steps of 0.2 ms) on a CPU shared with other busy processes then take most of the one
-  /// thread, and a stalled client's deadline or buffer cap is noticed seconds late.
-  bool actors_on_io_thread = false;
+  /// switches per thousand tokens instead of 65. Unset: on wherever one I/O thread and one
+  /// actor thread would run anyway (io_threads = 1, and actor_threads 1, or 0 on 2 cores or
+  /// fewer); a larger machine keeps its threads apart.
+  std::optional<bool> actors_on_io_thread;
+  /// actors_on_io_thread as run: as configured, or the automatic choice above.
+  bool runs_actors_on_io_thread() const;
   /// actor_threads as run: the configured count, or half the cores (at least one); 1 with
-  /// actors_on_io_thread.
+  /// the actors on the I/O thread.
   int scheduler_threads() const;
   int write_timeout_ms = 30000;     ///< a write the client does not take within this ends its stream
   std::size_t max_buffered_bytes = 4 << 20;  ///< per connection: a client further behind is dropped

@@ -33,7 +33,8 @@ shutdown_grace_ms = 5000      # after SIGTERM, open streams get this long to fin
 io_threads = 1
 actor_threads = 0             # 0: half the cores (one on 2 cores: a second doubles the context switches)
 actor_sleep_polls = 0         # an idle actor thread blocks at once rather than sleeping 50 us at a time
-actors_on_io_thread = false   # true: the one I/O thread also runs the actors (needs io_threads = 1)
+# actors_on_io_thread = true   # the one I/O thread also runs the actors; unset: so where
+#                              # io_threads = 1 and one actor thread runs (2 cores or fewer)
 write_timeout_ms = 30000      # a client that takes no bytes this long loses its stream
 max_buffered_bytes = 4194304  # per connection: a client this far behind is dropped
 

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <thread>
 
 #include "config/config.hpp"
 
@@ -235,7 +236,7 @@ TEST_CASE("config: autoscale schedules and warm replicas; a bad entry names its 
 TEST_CASE("config: actors on the I/O thread need the one I/O thread and one actor thread, and run one") {
   const auto ok = kiln::config::parse_config(kMinimal + "[server]\nactors_on_io_thread = true\nactor_threads = 1\n", "test.toml");
   REQUIRE(std::holds_alternative<kiln_config>(ok));
-  CHECK(std::get<kiln_config>(ok).server.actors_on_io_thread);
+  CHECK(std::get<kiln_config>(ok).server.runs_actors_on_io_thread());
   CHECK(std::get<kiln_config>(ok).server.scheduler_threads() == 1);
   const auto automatic = kiln::config::parse_config(kMinimal + "[server]\nactors_on_io_thread = true\n", "test.toml");
   REQUIRE(std::holds_alternative<kiln_config>(automatic));
@@ -245,7 +246,21 @@ TEST_CASE("config: actors on the I/O thread need the one I/O thread and one acto
   CHECK(error_of(kMinimal + "[server]\nactors_on_io_thread = true\nactor_threads = 2\n").find("needs io_threads = 1") !=
         std::string::npos);
   CHECK(error_of(kMinimal + "[server]\nactors_on_io_thread = 1\n") == "test.toml: server.actors_on_io_thread must be true or false");
-  const auto off = kiln::config::parse_config(kMinimal, "test.toml");
+  // Unset: on exactly where one I/O thread and one actor thread would run anyway.
+  auto runs = [](const std::string& server) {
+    const auto parsed = kiln::config::parse_config(kMinimal + "[server]\n" + server, "test.toml");
+    REQUIRE(std::holds_alternative<kiln_config>(parsed));
+    const auto& s = std::get<kiln_config>(parsed).server;
+    CHECK_FALSE(s.actors_on_io_thread.has_value());
+    return std::make_pair(s.runs_actors_on_io_thread(), s.scheduler_threads());
+  };
+  CHECK(runs("actor_threads = 1\n") == std::make_pair(true, 1));
+  CHECK(runs("actor_threads = 2\n") == std::make_pair(false, 2));
+  CHECK(runs("actor_threads = 1\nio_threads = 2\n") == std::make_pair(false, 1));
+  const bool two_cores_or_fewer = std::thread::hardware_concurrency() / 2 <= 1;
+  CHECK(runs("").first == two_cores_or_fewer);
+  const auto off = kiln::config::parse_config(kMinimal + "[server]\nactors_on_io_thread = false\nactor_threads = 1\n", "test.toml");
   REQUIRE(std::holds_alternative<kiln_config>(off));
-  CHECK_FALSE(std::get<kiln_config>(off).server.actors_on_io_thread);
+  CHECK_FALSE(std::get<kiln_config>(off).server.runs_actors_on_io_thread());
+  CHECK(std::get<kiln_config>(off).server.scheduler_threads() == 1);
 }

@@ -75,36 +75,46 @@ std::unique_ptr<http_conn> stalled_stream(int port) {
   return c;
 }
 
+// The stalled-reader cases run with the actors on the I/O thread and beside it: with one
+// thread for both, the engines' fast steps must still leave the I/O its turns.
+const char* const kThreadModes[] = {"actors_on_io_thread = true\n", "actors_on_io_thread = false\nactor_threads = 1\n"};
+
 }  // namespace
 
 TEST_CASE("hostile: a client that stops reading loses its stream at the write deadline; slot and connection are freed") {
-  // The cap is far above the whole answer: only the deadline can end this stream.
-  kiln_process p(fast_config("write_timeout_ms = 500\nmax_buffered_bytes = 67108864\n"));
-  auto c = stalled_stream(p.port());
-  REQUIRE(eventually([&] { return metric(p.port(), "kiln_open_streams") == 1; }, 5s));
-  // Its socket fills, the write waits past the deadline, and the stream is cancelled.
-  CHECK(eventually([&] { return metric(p.port(), "kiln_open_streams") == 0; }, 15s));
-  CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
-  CHECK(metric(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
-  CHECK(closed_soon(*c));
-  CHECK(request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth).status == 200);
+  for (const char* mode : kThreadModes) {
+    CAPTURE(mode);
+    // The cap is far above the whole answer: only the deadline can end this stream.
+    kiln_process p(fast_config(std::string(mode) + "write_timeout_ms = 500\nmax_buffered_bytes = 67108864\n"));
+    auto c = stalled_stream(p.port());
+    REQUIRE(eventually([&] { return metric(p.port(), "kiln_open_streams") == 1; }, 5s));
+    // Its socket fills, the write waits past the deadline, and the stream is cancelled.
+    CHECK(eventually([&] { return metric(p.port(), "kiln_open_streams") == 0; }, 15s));
+    CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+    CHECK(metric(p.port(), "kiln_requests_total{status=\"499\"}") == 1);
+    CHECK(closed_soon(*c));
+    CHECK(request(p.port(), "POST", "/v1/chat/completions", chat(5, false), kAuth).status == 200);
+  }
 }
 
 TEST_CASE("hostile: the per-connection buffer cap holds when the deadline is far away") {
-  kiln_process p(fast_config("write_timeout_ms = 600000\nmax_buffered_bytes = 65536\n"));
-  const long rss0 = resident_kb(p.pid());
-  // Eight readers that stop: each answer is about 5 MB, all produced within seconds.
-  std::vector<std::unique_ptr<http_conn>> stalled;
-  for (int i = 0; i < 8; ++i) stalled.push_back(stalled_stream(p.port()));
-  // Each is dropped once 64 KB wait for it, long before its write deadline.
-  CHECK(eventually([&] { return metric(p.port(), "kiln_requests_total{status=\"499\"}") == 8; }, 15s));
-  CHECK(metric(p.port(), "kiln_open_streams") == 0);
-  CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
-  const long grew_kb = resident_kb(p.pid()) - rss0;
-  MESSAGE("kiln resident memory grew " << grew_kb << " kB with 8 stalled 5 MB streams; tokens streamed "
-                                       << metric(p.port(), "kiln_tokens_streamed_total"));
-  CHECK(grew_kb < 16 * 1024);  // without the cap: 8 x 5 MB of buffered answers
-  for (auto& c : stalled) CHECK(closed_soon(*c));
+  for (const char* mode : kThreadModes) {
+    CAPTURE(mode);
+    kiln_process p(fast_config(std::string(mode) + "write_timeout_ms = 600000\nmax_buffered_bytes = 65536\n"));
+    const long rss0 = resident_kb(p.pid());
+    // Eight readers that stop: each answer is about 5 MB, all produced within seconds.
+    std::vector<std::unique_ptr<http_conn>> stalled;
+    for (int i = 0; i < 8; ++i) stalled.push_back(stalled_stream(p.port()));
+    // Each is dropped once 64 KB wait for it, long before its write deadline.
+    CHECK(eventually([&] { return metric(p.port(), "kiln_requests_total{status=\"499\"}") == 8; }, 15s));
+    CHECK(metric(p.port(), "kiln_open_streams") == 0);
+    CHECK(eventually([&] { return metric(p.port(), "kiln_engine_running_sequences") == 0; }, 5s));
+    const long grew_kb = resident_kb(p.pid()) - rss0;
+    MESSAGE("kiln resident memory grew " << grew_kb << " kB with 8 stalled 5 MB streams; tokens streamed "
+                                         << metric(p.port(), "kiln_tokens_streamed_total"));
+    CHECK(grew_kb < 16 * 1024);  // without the cap: 8 x 5 MB of buffered answers
+    for (auto& c : stalled) CHECK(closed_soon(*c));
+  }
 }
 
 TEST_CASE("hostile: SIGTERM with a client that never reads: kiln still exits soon after the grace period") {
