@@ -364,6 +364,7 @@ int serve(const config::kiln_config& cfg_in, const serve_options& opts, std::ost
     });
   };
   deps.background = [loader](std::function<void()> work) { loader->run(std::move(work)); };
+  if (shared_io) deps.on_io_thread = [shared_io] { return shared_io->here(); };
   deps.access_log = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   };

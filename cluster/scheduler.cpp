@@ -171,12 +171,12 @@ class worker_clock final : public deadline_clock {
     io_ = io;
   }
 
-  /// Worker thread: delivers every deadline that has passed, in deadline order.
-  void ship_due() {
-    if (next_due_.load(std::memory_order_acquire) > now().time_since_epoch().count()) return;
+  /// Worker thread: delivers every deadline that has passed by `t` (now), in deadline order.
+  void ship_due(time_point t) {
+    if (next_due_.load(std::memory_order_acquire) > t.time_since_epoch().count()) return;
     {
       std::lock_guard<std::mutex> guard{mx_};
-      take_due(now(), due_);
+      take_due(t, due_);
       publish_next();
     }
     for (auto& e : due_) ship(*e);  // without the lock: what it delivers may set new deadlines
@@ -223,10 +223,13 @@ class worker_clock final : public deadline_clock {
 // CAF's work stealing for one worker whose idle wait also keeps the clock (worker_clock).
 //
 // With an io_context to run (io_sharing) it waits in the io_context instead of on its
-// condition variable, and runs the I/O handlers that are ready after every few jobs when it
-// has many (all of them: the front falling behind the engines would only queue their tokens).
+// condition variable, and runs the I/O handlers that are ready after every few jobs, or
+// every fraction of a millisecond of long jobs (a step's writes), when it has many (all of
+// them: the front falling behind the engines would only queue their tokens); so a new
+// request is read soon even while the engines keep the worker busy.
 struct lone_worker : caf::policy::work_stealing {
   static constexpr int kJobsPerIoTurn = 8;
+  static constexpr auto kIoTurnEvery = std::chrono::microseconds(200);
 
   template <class Worker>
   caf::resumable* dequeue(Worker* self);
@@ -308,21 +311,27 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
   auto& queue = data.queue;
   auto& wait = data.waitdata;
   static thread_local int jobs_since_io = 0;
+  static thread_local caf::actor_clock::time_point io_turn_at{};
   static thread_local bool left_io = false;
   if (!on_lone_worker) {
     on_lone_worker = true;
-    if (io != nullptr) pthread_setname_np(pthread_self(), "kiln.io");
+    if (io != nullptr) {
+      pthread_setname_np(pthread_self(), "kiln.io");
+      io->worker_started();
+    }
   }
   clock.attach(&wait.lock, &wait.cv, io ? &io->ioc : nullptr);
   for (;;) {
-    clock.ship_due();
+    const auto now = clock.now();
+    clock.ship_due(now);
     const bool run_io = io != nullptr && !io->ioc.stopped();
     if (io != nullptr && !run_io && !left_io) {
       left_io = true;
       io->released();
     }
-    if (run_io && ++jobs_since_io >= kJobsPerIoTurn) {
+    if (run_io && (++jobs_since_io >= kJobsPerIoTurn || now - io_turn_at >= kIoTurnEvery)) {
       jobs_since_io = 0;
+      io_turn_at = now;
       io->ioc.poll();  // I/O gets a turn between jobs: what is ready now, and what that posts
       continue;
     }
@@ -343,6 +352,7 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
       if (until != caf::actor_clock::time_point::max()) parent->wake_io_at(until);
       io->ioc.run_one();
       jobs_since_io = 0;
+      io_turn_at = clock.now();
       {
         std::lock_guard<std::mutex> guard{wait.lock};
         wait.sleeping = false;
@@ -363,6 +373,10 @@ caf::resumable* lone_worker::dequeue(Worker* self) {
 }
 
 }  // namespace
+
+bool io_sharing::here() const {
+  return std::this_thread::get_id() == worker_.load(std::memory_order_relaxed) && !ioc.stopped();
+}
 
 void io_sharing::wait_released() {
   std::unique_lock<std::mutex> guard{mx_};

@@ -10,9 +10,11 @@
 // cores) keeps the deadlines itself: it delivers what is due each time it looks for its next
 // job and, idle, blocks only until the next deadline, so an engine step's end is one wakeup
 // of the worker rather than one of a timer thread that then wakes the worker.
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include <caf/actor_system_config.hpp>
 
@@ -30,7 +32,12 @@ class io_sharing {
   /// After `ioc.stop()`: waits until the worker has left the io_context (its last handler done).
   void wait_released();
   void released();  ///< the worker
+  /// True on the worker while the io_context runs (not stopped): what the front's handlers
+  /// touch may be touched here, between them.
+  bool here() const;
+  void worker_started() { worker_.store(std::this_thread::get_id(), std::memory_order_relaxed); }  ///< the worker
  private:
+  std::atomic<std::thread::id> worker_{};
   std::mutex mx_;
   std::condition_variable cv_;
   bool released_ = false;

@@ -27,7 +27,7 @@ struct http_server::impl : std::enable_shared_from_this<impl>, connection_host {
     if (front_.deps.sys)
       front_.hub = spawn_stream_hub(
           *front_.deps.sys, [&ioc](std::function<void()> fn) { boost::asio::post(ioc, std::move(fn)); },
-          front_.deps.cfg->server.io_threads == 1);
+          front_.deps.cfg->server.io_threads == 1, front_.deps.on_io_thread);
     add_openai_routes(front_);
     add_admin_routes(front_);
     add_cluster_admin_routes(front_);

@@ -38,6 +38,9 @@ struct server_deps {
   /// Runs blocking work (pulling weights, reading artifact files) off the io and actor
   /// threads (null: this node cannot).
   std::function<void(std::function<void()>)> background;
+  /// True on the one I/O thread while it runs the actors too (`server.actors_on_io_thread`):
+  /// the stream hub then writes a step's tokens itself (null: never).
+  std::function<bool()> on_io_thread;
 };
 
 class http_server {

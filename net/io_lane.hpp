@@ -35,8 +35,15 @@ class io_lane : public std::enable_shared_from_this<io_lane> {
   /// Sequence numbers of pushed items, from 1; 0 is "nothing".
   using seq = std::uint64_t;
 
-  /// `post` puts a function on the I/O thread's queue.
-  explicit io_lane(std::function<void(std::function<void()>)> post) : post_(std::move(post)) {}
+  /// `post` puts a function on the I/O thread's queue; `here` (optional) says whether the
+  /// caller is on the I/O thread while it runs (the actors on the I/O thread), where the hub
+  /// may run what nothing earlier of its stream waits for at once, without the lane.
+  explicit io_lane(std::function<void(std::function<void()>)> post, std::function<bool()> here = nullptr)
+      : post_(std::move(post)), here_(std::move(here)) {}
+
+  bool here() const { return here_ && here_(); }
+  /// On the I/O thread (`here`): runs `items` now, in their order.
+  static void run_now(std::vector<item>& items) { run_items(items.data(), items.data() + items.size()); }
 
   /// Hub side: `ordered` after everything pushed before, `firsts` ahead of whatever still waits.
   /// Returns the sequence number of ordered[0] (the others follow one by one).
@@ -58,6 +65,7 @@ class io_lane : public std::enable_shared_from_this<io_lane> {
   static void run_items(item* begin, item* end);
 
   std::function<void(std::function<void()>)> post_;
+  std::function<bool()> here_;
   std::mutex mx_;
   std::deque<chunk> ordered_;   // the runner keeps a reference to front() across its slice
   std::vector<item> firsts_;

@@ -47,9 +47,12 @@ struct hub_state {
 
   /// With one I/O thread a batch carries its targets as plain pointers (no reference count
   /// touched by two threads per stream per step); the hub's own reference is therefore let
-  /// go on the I/O thread, after everything handed on before it.
-  void release_on_io(std::shared_ptr<actors::stream_target> t) {
-    if (lane && t) lane->push([t = std::move(t)] {});
+  /// go on the I/O thread, after everything handed on before it (at once where the hub runs
+  /// there and nothing of the stream waits).
+  void release_on_io(std::shared_ptr<actors::stream_target> t, io_lane::seq last) {
+    if (!lane || !t) return;
+    if (last <= lane->done() && lane->here()) return;  // the last reference goes here and now
+    lane->push([t = std::move(t)] {});
   }
   hub_state() = default;
   hub_state(const hub_state&) = delete;
@@ -81,7 +84,9 @@ void firsts_first(std::vector<actors::stream_tokens>& items, F&& each) {
 }
 
 // A step's tokens: into the lane to the one I/O thread (a first token ahead of what waits there,
-// where nothing of its own stream still waits); else one post per stream to its strand.
+// where nothing of its own stream still waits); where the hub runs on the I/O thread itself,
+// every such stream's tokens are written at once. With several I/O threads, one post per
+// stream to its strand.
 void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
   auto& st = self->state;
   if (st.one_io_thread()) {
@@ -91,17 +96,22 @@ void deliver(stateful* self, std::vector<actors::stream_tokens>& items) {
     ordered.reserve(items.size());
     owners.reserve(items.size());
     const io_lane::seq done = st.lane->done();
+    const bool here = st.lane->here();
     firsts_first(items, [&](actors::stream_tokens& ev) {
       auto it = st.streams.find(ev.id);
       if (it == st.streams.end()) return;
       auto& e = it->second;
-      if (ev.prompt_tokens >= 0 && e.last <= done) {
+      if ((here || ev.prompt_tokens >= 0) && e.last <= done) {
         firsts.push_back({e.target.get(), std::move(ev), {}});
         return;
       }
       ordered.push_back({e.target.get(), std::move(ev), {}});
       owners.push_back(&e);
     });
+    if (here) {
+      io_lane::run_now(firsts);  // sends on the I/O thread: nothing of these streams waits
+      firsts.clear();
+    }
     if (ordered.empty() && firsts.empty()) return;
     const io_lane::seq base = st.lane->push(std::move(ordered), std::move(firsts));
     for (std::size_t i = 0; i < owners.size(); ++i) owners[i]->last = base + i;
@@ -124,24 +134,25 @@ void one(stateful* self, Ev ev, void (actors::stream_target::*fn)(Ev), bool last
   // posted before it.
   target_ptr t = last ? std::move(it->second.target) : it->second.target;
   auto job = [t = std::move(t), fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
-  if (st.one_io_thread()) it->second.last = st.lane->push(std::move(job));
-  else it->second.on_strand(std::move(job));
+  if (!st.one_io_thread()) it->second.on_strand(std::move(job));
+  else if (it->second.last <= st.lane->done() && st.lane->here()) job();
+  else it->second.last = st.lane->push(std::move(job));
   if (last) st.streams.erase(it);
 }
 
-caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread) {
-  if (one_io_thread) self->state.lane = std::make_shared<io_lane>(std::move(post_io));
+caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread, std::function<bool()> on_io_thread) {
+  if (one_io_thread) self->state.lane = std::make_shared<io_lane>(std::move(post_io), std::move(on_io_thread));
   return {
       [self](hub_attach_msg& a) {
         auto& e = self->state.streams[a.id];
-        self->state.release_on_io(std::move(e.target));  // an id attached again replaces its target
+        self->state.release_on_io(std::move(e.target), e.last);  // an id attached again replaces its target
         e = {std::move(a.target), std::move(a.on_strand)};
       },
       [self](hub_detach_msg& d) {
         auto& st = self->state;
         auto it = st.streams.find(d.id);
         if (it == st.streams.end()) return;
-        st.release_on_io(std::move(it->second.target));
+        st.release_on_io(std::move(it->second.target), it->second.last);
         st.streams.erase(it);
       },
       [self](actors::stream_tokens& ev) {
@@ -158,8 +169,8 @@ caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread) {
 
 }  // namespace
 
-caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread) {
-  return sys.spawn(stream_hub, std::move(post_io), one_io_thread);
+caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread, std::function<bool()> on_io_thread) {
+  return sys.spawn(stream_hub, std::move(post_io), one_io_thread, std::move(on_io_thread));
 }
 
 void hub_attach(const caf::actor& hub, const actors::request_id& id, std::shared_ptr<actors::stream_target> target,

@@ -19,7 +19,10 @@ namespace kiln::net {
 /// Runs work where it must run (the I/O thread, or a connection's strand).
 using run_fn = std::function<void(std::function<void()>)>;
 
-caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread);
+/// `on_io_thread` (with one I/O thread, optional): true where the hub runs on the I/O thread
+/// itself (the actors on the I/O thread); it then writes what waits behind nothing at once.
+caf::actor spawn_stream_hub(caf::actor_system& sys, run_fn post_io, bool one_io_thread,
+                            std::function<bool()> on_io_thread = nullptr);
 /// A request's target (held until its end, error or detach) and how to reach its connection's
 /// strand; before it is submitted.
 void hub_attach(const caf::actor& hub, const actors::request_id& id, std::shared_ptr<actors::stream_target> target,

@@ -33,7 +33,9 @@ struct logged_target : actors::stream_target {
 struct hub_fixture : test::actor_fixture {
   std::vector<std::function<void()>> io_queue;  ///< what the hub posted, run when the test says
   std::shared_ptr<journal> log = std::make_shared<journal>();
-  caf::actor hub = spawn_stream_hub(sys, [this](std::function<void()> fn) { io_queue.push_back(std::move(fn)); }, true);
+  bool on_io_thread = false;  ///< the hub runs on the I/O thread itself (the actors on it)
+  caf::actor hub = spawn_stream_hub(
+      sys, [this](std::function<void()> fn) { io_queue.push_back(std::move(fn)); }, true, [this] { return on_io_thread; });
 
   ~hub_fixture() {  // the hub's last posts land while the queue still exists
     caf::anon_send_exit(hub, caf::exit_reason::user_shutdown);
@@ -133,6 +135,40 @@ TEST_CASE_FIXTURE(hub_fixture, "a hub that stops lets its streams go only after 
   REQUIRE(log->size() == 4);
   CHECK((*log)[0] == "b y");
   CHECK((*log)[1] == "a x");
+}
+
+// With the actors on the I/O thread the hub writes itself what waits behind nothing of its
+// stream; a stream with something still in the lane keeps its order behind it.
+TEST_CASE_FIXTURE(hub_fixture, "on the I/O thread the hub writes at once, except behind what its stream has in the lane") {
+  const request_id a{5, 1}, b{5, 2}, c{5, 3};
+  auto wa = attach(a, "a");
+  auto wb = attach(b, "b");
+  auto wc = attach(c, "c");
+  batch({{a, "x"}});  // from another thread: into the lane
+  CHECK(log->empty());
+  on_io_thread = true;
+  batch({{a, "x2"}, {b, "y"}});
+  CHECK(*log == journal{"b y"});  // written at once; a's waits behind its first
+  CHECK(io_queue.size() == 1);
+  hub_detach(hub, a);  // a has tokens in the lane: let go only after them
+  sched.run();
+  CHECK_FALSE(wa.expired());
+  run_io();
+  CHECK(wa.expired());
+  CHECK(*log == journal{"b y", "a x", "a x2", "a gone"});
+  log->clear();
+  batch({{b, "y2"}, {c, "^c1"}});  // the lane is empty: all at once, first tokens first
+  actors::stream_end end;
+  end.id = b;
+  caf::anon_send(hub, end);
+  sched.run();
+  CHECK(io_queue.empty());
+  CHECK(*log == journal{"c ^c1", "b y2", "b end", "b gone"});
+  CHECK(wb.expired());
+  hub_detach(hub, c);  // nothing of c waits: let go at once
+  sched.run();
+  CHECK(wc.expired());
+  CHECK(io_queue.empty());
 }
 
 TEST_CASE_FIXTURE(hub_fixture, "a step's first tokens reach their streams before the others' next tokens") {
