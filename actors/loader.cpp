@@ -1,5 +1,7 @@
 #include "actors/loader.hpp"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -13,7 +15,11 @@ namespace {
 class thread_loader final : public loader {
  public:
   explicit thread_loader(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
+    for (int i = 0; i < threads; ++i)
+      threads_.emplace_back([this] {
+        ::pthread_setname_np(::pthread_self(), "kiln.loader");  // not its creator's name (engine/step_worker.cpp)
+        loop();
+      });
   }
   ~thread_loader() override { stop(); }
   void run(std::function<void()> work) override {

@@ -1,9 +1,14 @@
 #include "engine/step_worker.hpp"
 
+#include <pthread.h>
+
 namespace kiln::engine {
 
 step_worker::step_worker() {
   thread_ = std::thread([this] {
+    // Named for itself (a new thread takes its creator's name: often the actor or I/O thread's),
+    // so each thread's CPU in /proc is what its name says.
+    ::pthread_setname_np(::pthread_self(), "kiln.step");
     std::unique_lock lock(mu_);
     while (true) {
       cv_.wait(lock, [&] { return stop_ || job_; });
