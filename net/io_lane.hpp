@@ -42,6 +42,9 @@ class io_lane : public std::enable_shared_from_this<io_lane> {
       : post_(std::move(post)), here_(std::move(here)) {}
 
   bool here() const { return here_ && here_(); }
+  /// Whether what a stream whose last item is `last` hands on may run now, here: nothing of it
+  /// waits in the lane and the caller is on the I/O thread.
+  bool runs_now(seq last) const { return last <= done() && here(); }
   /// On the I/O thread (`here`): runs `items` now, in their order.
   static void run_now(std::vector<item>& items) { run_items(items.data(), items.data() + items.size()); }
 

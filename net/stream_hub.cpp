@@ -51,7 +51,7 @@ struct hub_state {
   /// there and nothing of the stream waits).
   void release_on_io(std::shared_ptr<actors::stream_target> t, io_lane::seq last) {
     if (!lane || !t) return;
-    if (last <= lane->done() && lane->here()) return;  // the last reference goes here and now
+    if (lane->runs_now(last)) return;  // the last reference goes here and now
     lane->push([t = std::move(t)] {});
   }
   hub_state() = default;
@@ -135,7 +135,7 @@ void one(stateful* self, Ev ev, void (actors::stream_target::*fn)(Ev), bool last
   target_ptr t = last ? std::move(it->second.target) : it->second.target;
   auto job = [t = std::move(t), fn, ev = std::move(ev)]() mutable { ((*t).*fn)(std::move(ev)); };
   if (!st.one_io_thread()) it->second.on_strand(std::move(job));
-  else if (it->second.last <= st.lane->done() && st.lane->here()) job();
+  else if (st.lane->runs_now(it->second.last)) job();
   else it->second.last = st.lane->push(std::move(job));
   if (last) st.streams.erase(it);
 }
