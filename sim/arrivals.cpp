@@ -37,10 +37,10 @@ class draws {
     return (static_cast<double>(state_ >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   }
   double exponential(double mean) { return -mean * std::log(uniform()); }
-  std::uint64_t next() {
-    state_ = mix(state_, 0x9E3779B97F4A7C15ull);
-    return state_;
-  }
+  std::uint64_t next() { return state_ = step(state_); }
+  /// Where next() goes from: a name drawn later is step() from here, again and again.
+  std::uint64_t state() const { return state_; }
+  static std::uint64_t step(std::uint64_t state) { return mix(state, 0x9E3779B97F4A7C15ull); }
 
  private:
   std::uint64_t state_;
@@ -79,25 +79,90 @@ std::vector<team_rule> teams_of(const arrival_spec& s) {
   return {one};
 }
 
+}  // namespace
+
+/// Prompt k's block names: names 0..system are its team's system prompt (mix(team, i)),
+/// names system..kept those of an earlier prompt of its conversation (none when kept <=
+/// system), then `fresh` names drawn one after the other from the draws' state `from`.
+struct drawn_prompts {
+  struct prompt {
+    std::uint64_t team = 0;
+    std::uint64_t from = 0;
+    std::int32_t earlier = -1;
+    std::uint32_t system = 0;
+    std::uint32_t kept = 0;
+    std::uint32_t fresh = 0;
+    std::uint32_t size() const { return std::max(system, kept) + fresh; }
+  };
+  std::vector<prompt> prompts;
+
+  /// Names [from, to) of prompt k, appended to `out` in order. A later turn's earlier turn is
+  /// followed down the conversation (not recursively: a conversation may run to thousands of
+  /// turns), each turn's own drawn names set aside to follow its earlier ones.
+  void append(std::int32_t k, std::uint32_t from, std::uint32_t to, std::vector<std::uint64_t>& out) const {
+    struct part {
+      const prompt* p;
+      std::uint32_t from, to;  // of its drawn names
+    };
+    std::vector<part> drawn;
+    while (true) {
+      const prompt& p = prompts[static_cast<std::size_t>(k)];
+      const std::uint32_t base = std::max(p.system, p.kept);
+      to = std::min(to, p.size());
+      for (std::uint32_t i = from; i < std::min(to, p.system); ++i) out.push_back(mix(p.team, i));
+      if (to > base) drawn.push_back({&p, std::max(from, base) - base, to - base});
+      const std::uint32_t lo = std::max(from, p.system), hi = std::min(to, p.kept);
+      if (p.earlier < 0 || lo >= hi) break;
+      k = p.earlier;
+      from = lo;
+      to = hi;
+    }
+    for (auto it = drawn.rbegin(); it != drawn.rend(); ++it) {
+      std::uint64_t state = it->p->from;
+      for (std::uint32_t i = 0; i < it->from; ++i) state = draws::step(state);
+      for (std::uint32_t i = it->from; i < it->to; ++i) out.push_back(state = draws::step(state));
+    }
+  }
+};
+
+std::size_t block_count(const arrival& a) {
+  return a.drawn ? a.drawn->prompts[a.drawn_at].size() : a.blocks.size();
+}
+
+void blocks_of(const arrival& a, std::vector<std::uint64_t>& out) {
+  if (!a.drawn) {
+    out = a.blocks;
+    return;
+  }
+  out.clear();
+  a.drawn->append(static_cast<std::int32_t>(a.drawn_at), 0, a.drawn->prompts[a.drawn_at].size(), out);
+}
+
+namespace {
+
 /// Gives prompts their blocks: the team's system prompt first, then a conversation's earlier
-/// prompt (a later turn extends it), then fresh blocks.
+/// prompt (a later turn extends it), then fresh blocks. Each prompt is a few words in the
+/// run's drawn prompts; its names are made when asked.
 class prompt_maker {
  public:
-  prompt_maker(const arrival_spec& s, std::uint64_t seed) : spec_(s), d_(seed ^ 0xC0FFEEull) {}
+  prompt_maker(const arrival_spec& s, std::uint64_t seed)
+      : spec_(s), d_(seed ^ 0xC0FFEEull), book_(std::make_shared<drawn_prompts>()) {}
+
+  void reserve(std::size_t n) { book_->prompts.reserve(n); }
 
   void fill(arrival& a, const team_rule& team) {
     a.block_tokens = kFineBlockTokens;
     const int per = kFineBlockTokens;
-    const int total_blocks = (a.prompt_tokens + per - 1) / per;
-    std::vector<std::uint64_t> blocks;
-    blocks.reserve(static_cast<std::size_t>(std::max(0, total_blocks)));
+    const int total_blocks = std::max(0, (a.prompt_tokens + per - 1) / per);
     team_state& mine = teams_[team.name];
-    const int system = std::min(team.system_prompt_tokens / per, total_blocks);
-    if (mine.system.empty()) {  // the team's system prompt, named once
-      const std::uint64_t team_hash = hash_of(team.name);
-      for (int i = 0; i < team.system_prompt_tokens / per; ++i) mine.system.push_back(mix(team_hash, static_cast<std::uint64_t>(i)));
+    if (!mine.named) {
+      mine.hash = hash_of(team.name);
+      mine.named = true;
     }
-    blocks.assign(mine.system.begin(), mine.system.begin() + system);
+    drawn_prompts::prompt p;
+    p.team = mine.hash;
+    p.system = static_cast<std::uint32_t>(std::min(team.system_prompt_tokens / per, total_blocks));
+    p.kept = p.system;
     auto& open = mine.open;
     const int turns = std::max(1, spec_.conversation_turns);
     conversation* in = nullptr;  // the conversation this prompt continues or opens
@@ -106,33 +171,43 @@ class prompt_maker {
       in = &open[pick];
       a.conversation = in->id;
       // Its earlier prompt, as far as this one reaches (at least one fresh block stays).
-      const std::vector<std::uint64_t>& before = *in->blocks;
-      for (std::size_t i = blocks.size(); i < before.size() && static_cast<int>(blocks.size()) + 1 < total_blocks; ++i)
-        blocks.push_back(before[i]);
+      const auto reach = static_cast<std::uint32_t>(std::max(0, std::min(static_cast<int>(in->size), total_blocks - 1)));
+      if (reach > p.system) {
+        p.earlier = in->latest;
+        p.kept = reach;
+      }
     } else if (turns > 1) {
       a.conversation = team.name + "-c" + std::to_string(++conversations_);
-      open.push_back({a.conversation, nullptr});
-      if (open.size() > 64) open.erase(open.begin());
+      open.push_back({a.conversation, -1, 0});
+      if (open.size() > 64) open.pop_front();
       in = &open.back();
     }
-    while (static_cast<int>(blocks.size()) < total_blocks) blocks.push_back(d_.next());
-    a.blocks = std::move(blocks);
-    if (in) in->blocks = &a.blocks;
+    p.fresh = static_cast<std::uint32_t>(total_blocks) - std::max(p.system, p.kept);
+    p.from = d_.state();
+    for (std::uint32_t i = 0; i < p.fresh; ++i) d_.next();
+    a.drawn = book_;
+    a.drawn_at = static_cast<std::uint32_t>(book_->prompts.size());
+    book_->prompts.push_back(p);
+    if (in) {
+      in->latest = static_cast<std::int32_t>(a.drawn_at);
+      in->size = p.size();
+    }
   }
 
  private:
   struct conversation {
     std::string id;
-    /// Its latest prompt's blocks: those of an arrival filled earlier (the arrivals stay
-    /// where they are while they are filled), not a copy of them.
-    const std::vector<std::uint64_t>* blocks = nullptr;
+    std::int32_t latest = -1;  ///< its latest prompt in the drawn prompts
+    std::uint32_t size = 0;    ///< that prompt's block names
   };
   struct team_state {
-    std::vector<std::uint64_t> system;  ///< the blocks of its system prompt
-    std::deque<conversation> open;      ///< its latest conversations, oldest first
+    bool named = false;
+    std::uint64_t hash = 0;          ///< names its system prompt's blocks
+    std::deque<conversation> open;   ///< its latest conversations, oldest first
   };
   const arrival_spec& spec_;
   draws d_;
+  std::shared_ptr<drawn_prompts> book_;
   std::map<std::string, team_state> teams_;
   std::uint64_t conversations_ = 0;
 };
@@ -149,13 +224,21 @@ const team_rule& pick_team(const std::vector<team_rule>& teams, draws& d) {
 }
 
 std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
-  std::vector<arrival> out;
   const auto teams = teams_of(s);
   double weights = 0, multiplier = 0;
   for (const auto& t : teams) weights += t.weight;
   for (const auto& t : teams) multiplier += t.weight / weights * std::max(0.0, t.rate_multiplier);
-  out.reserve(static_cast<std::size_t>(std::min(kMaxArrivals, peak_rate(s) * multiplier * s.duration_s * 1.05) + 64));
-  for (const auto& team : teams) {
+  // Each team's times and lengths first, a few words each; then the arrivals, once, in time
+  // order (ties: as made).
+  struct draft {
+    double t;
+    std::uint32_t team;
+    std::int32_t prompt, output;
+  };
+  std::vector<draft> drafts;
+  drafts.reserve(static_cast<std::size_t>(std::min(kMaxArrivals, peak_rate(s) * multiplier * s.duration_s * 1.05) + 64));
+  for (std::size_t k = 0; k < teams.size(); ++k) {
+    const team_rule& team = teams[k];
     // Each team is its own process at its share of the rate (times its multiplier).
     const double share = team.weight / weights * team.rate_multiplier;
     draws d(mix(seed, hash_of(team.name)));
@@ -163,24 +246,24 @@ std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
     if (peak <= 0) continue;
     for (double t = d.exponential(1 / peak); t < s.duration_s; t += d.exponential(1 / peak)) {
       if (d.uniform() * peak > rate_at(s, t) * share) continue;  // thinning
-      arrival a;
-      a.t = t;
-      a.team = team.name;
-      a.model = team.model;
-      a.tier = team.tier;
-      a.prompt_tokens = length_near(d, s.prompt_tokens);
-      a.output_tokens = length_near(d, s.output_tokens);
-      out.push_back(std::move(a));
+      const std::int32_t prompt = length_near(d, s.prompt_tokens);
+      drafts.push_back({t, static_cast<std::uint32_t>(k), prompt, length_near(d, s.output_tokens)});
     }
   }
-  // In time order (ties: as made), moving each arrival once: the order is found on the times.
-  std::vector<std::pair<double, std::uint32_t>> order(out.size());
-  for (std::size_t i = 0; i < out.size(); ++i) order[i] = {out[i].t, static_cast<std::uint32_t>(i)};
-  std::sort(order.begin(), order.end());
-  std::vector<arrival> sorted;
-  sorted.reserve(out.size());
-  for (const auto& [t, i] : order) sorted.push_back(std::move(out[i]));
-  return sorted;
+  std::stable_sort(drafts.begin(), drafts.end(), [](const draft& a, const draft& b) { return a.t < b.t; });
+  std::vector<arrival> out(drafts.size());
+  for (std::size_t i = 0; i < drafts.size(); ++i) {
+    const draft& x = drafts[i];
+    const team_rule& team = teams[x.team];
+    arrival& a = out[i];
+    a.t = x.t;
+    a.team = team.name;
+    a.model = team.model;
+    a.tier = team.tier;
+    a.prompt_tokens = x.prompt;
+    a.output_tokens = x.output;
+  }
+  return out;
 }
 
 }  // namespace
@@ -208,14 +291,17 @@ std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
   std::vector<std::int32_t> out(want);
   const auto v = static_cast<std::uint64_t>(std::max(3, vocab) - 2);
   const auto per = static_cast<std::size_t>(std::max(0, a.block_tokens));
+  thread_local std::vector<std::uint64_t> made;
+  if (a.drawn) blocks_of(a, made);
+  const std::vector<std::uint64_t>& blocks = a.drawn ? made : a.blocks;
   std::size_t at = 0;
-  for (std::size_t b = 0; b < a.blocks.size() && at < want; ++b) {
+  for (std::size_t b = 0; b < blocks.size() && at < want; ++b) {
     const std::size_t n = std::min(per, want - at);
-    fill_tokens(out.data() + at, mix(a.blocks[b], 0x51EDull), 0, n, v);
+    fill_tokens(out.data() + at, mix(blocks[b], 0x51EDull), 0, n, v);
     at += n;
   }
   // A trace with fewer hashes than tokens: the rest is the request's own.
-  const std::uint64_t tail = a.blocks.empty() ? 0 : a.blocks.back();
+  const std::uint64_t tail = blocks.empty() ? 0 : blocks.back();
   if (at < want) fill_tokens(out.data() + at, mix(tail, 0xABCDull), at, want - at, v);
   return out;
 }
@@ -290,6 +376,7 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     out = synthetic(s, seed);
     if (auto e = prompts_fit(out); !e.empty()) return e;
     prompt_maker prompts(s, seed);
+    prompts.reserve(out.size());
     const auto teams = teams_of(s);
     for (auto& a : out) {
       const auto it = std::find_if(teams.begin(), teams.end(), [&](const team_rule& t) { return t.name == a.team; });
@@ -382,7 +469,7 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
   std::size_t expected = 0;
   for (const auto i : which) expected += static_cast<std::size_t>(std::max(0, arrivals[i].prompt_tokens)) / bs;
   prompt_tree tree(expected);
-  std::vector<std::uint64_t> names;
+  std::vector<std::uint64_t> names, made;
   for (const auto i : which) {
     const arrival& a = arrivals[i];
     const auto n = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
@@ -390,13 +477,15 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
     // A block's tokens are a function of its hash, so a cache block inside a trace block is
     // named by the pair; only a prompt longer than its blocks needs its tokens.
     const auto per = static_cast<std::size_t>(std::max(1, a.block_tokens));
-    const bool by_hash = per % bs == 0 && n <= a.blocks.size() * per;
+    const bool by_hash = per % bs == 0 && n <= block_count(a) * per;
     const std::vector<std::int32_t> tokens = by_hash ? std::vector<std::int32_t>{} : prompt_of(a, vocab);
+    if (by_hash && a.drawn) blocks_of(a, made);
+    const std::vector<std::uint64_t>& blocks = a.drawn ? made : a.blocks;
     // Full blocks only; the engines keep each team's prefix cache apart (no cross-tenant
     // hits): so does the oracle.
     names.clear();
     for (std::size_t off = 0; off + bs <= n; off += bs)
-      names.push_back(by_hash ? mix(a.blocks[off / per], (off % per) / bs)
+      names.push_back(by_hash ? mix(blocks[off / per], (off % per) / bs)
                               : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
     const std::size_t known = tree.match_and_add(tree.root(hash_of(a.team)), names);
     // Never the whole prompt: its last token is always computed.

@@ -158,6 +158,54 @@ TEST_CASE("arrivals: teams by weight and multiplier, their system prompts, and c
   CHECK(std::holds_alternative<std::string>(make_arrivals(s, 1)));
 }
 
+TEST_CASE("arrivals: a synthetic prompt's names, made when asked, follow a conversation through long chains of turns") {
+  arrival_spec s;
+  s.rate = 100;
+  s.duration_s = 60;
+  s.conversation_turns = 1000;  // nearly every request continues one of 64 open conversations
+  s.prompt_tokens = 400;
+  s.teams = {{"a", "", 1, kiln::engine::priority::standard, 96, 1}, {"b", "", 1, kiln::engine::priority::standard, 0, 1}};
+  const auto v = make(s);
+  REQUIRE(v.size() > 5000);
+  std::map<std::string, std::vector<std::uint64_t>> last;  // a conversation's latest names
+  std::map<std::string, std::size_t> turns;
+  std::vector<arrival> listed;  // the same prompts as explicit lists
+  std::vector<std::uint64_t> names;
+  std::size_t continued = 0, deepest = 0;
+  for (const auto& x : v) {
+    blocks_of(x, names);
+    REQUIRE(names.size() == block_count(x));
+    CHECK(names.size() == static_cast<std::size_t>((x.prompt_tokens + 15) / 16));
+    if (x.team == "a" && names.size() >= 7) {  // team a's 96-token system prompt: its first 6 blocks
+      auto& system = last["a:system"];
+      if (system.empty()) system = names;
+      CHECK(std::equal(names.begin(), names.begin() + 6, system.begin()));
+    }
+    auto& before = last[x.conversation];
+    if (!before.empty()) {
+      // A later turn begins with its earlier turn as far as it reaches, leaving one block its own.
+      const std::size_t reach = std::min(before.size(), names.size() - 1);
+      CHECK(std::equal(names.begin(), names.begin() + static_cast<long>(reach), before.begin()));
+      if (x.team == "b" || names.size() > 6)  // past the system prompt: its last block is drawn afresh
+        CHECK(std::find(before.begin(), before.end(), names.back()) == before.end());
+      ++continued;
+    }
+    deepest = std::max(deepest, ++turns[x.conversation]);
+    before = names;
+    arrival y = x;
+    y.drawn = nullptr;
+    y.blocks = names;
+    listed.push_back(std::move(y));
+  }
+  CHECK(continued > v.size() / 2);
+  CHECK(deepest > 100);
+  for (std::size_t i = 0; i < v.size(); i += 97) CHECK(prompt_of(v[i], 32000) == prompt_of(listed[i], 32000));
+  const auto drawn = oracle_hit_rate(v, 16, 32000), explicit_lists = oracle_hit_rate(listed, 16, 32000);
+  CHECK(drawn.reusable_tokens > drawn.prompt_tokens / 2);
+  CHECK(drawn.reusable_tokens == explicit_lists.reusable_tokens);
+  CHECK(drawn.prompt_tokens == explicit_lists.prompt_tokens);
+}
+
 TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a block's run starts") {
   // prompt_of writes in wide runs (a vector body and a scalar tail): every length cuts the
   // same tokens, and a block's tokens are the same wherever it sits.
@@ -302,7 +350,7 @@ TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines nam
   REQUIRE(scaled.size() == 3);
   CHECK(scaled[0].t == 0);
   CHECK(scaled[2].t == doctest::Approx(0.5));
-  CHECK(!scaled[0].blocks.empty());
+  CHECK(block_count(scaled[0]) == (374 + 15) / 16);  // no hashes in the trace: drawn ones
   CHECK(scaled[0].team == "sim");
 
   // Teams by rule on a trace; a team at multiplier 0 drops out and the others keep their draws.
