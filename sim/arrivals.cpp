@@ -81,20 +81,21 @@ std::vector<team_rule> teams_of(const arrival_spec& s) {
 
 }  // namespace
 
-/// Prompt k's block names: names 0..system are its team's system prompt (mix(team, i)),
+/// Prompt k's block names: names 0..system are its team's system prompt (systems[team]),
 /// names system..kept those of an earlier prompt of its conversation (none when kept <=
 /// system), then `fresh` names drawn one after the other from the draws' state `from`.
 struct drawn_prompts {
   struct prompt {
-    std::uint64_t team = 0;
     std::uint64_t from = 0;
     std::int32_t earlier = -1;
+    std::uint32_t team = 0;
     std::uint32_t system = 0;
     std::uint32_t kept = 0;
     std::uint32_t fresh = 0;
     std::uint32_t size() const { return std::max(system, kept) + fresh; }
   };
   std::vector<prompt> prompts;
+  std::vector<std::vector<std::uint64_t>> systems;  ///< each team's system prompt, named once
 
   /// Names [from, to) of prompt k, appended to `out` in order. A later turn's earlier turn is
   /// followed down the conversation (not recursively: a conversation may run to thousands of
@@ -109,7 +110,10 @@ struct drawn_prompts {
       const prompt& p = prompts[static_cast<std::size_t>(k)];
       const std::uint32_t base = std::max(p.system, p.kept);
       to = std::min(to, p.size());
-      for (std::uint32_t i = from; i < std::min(to, p.system); ++i) out.push_back(mix(p.team, i));
+      if (from < std::min(to, p.system)) {
+        const auto& system = systems[p.team];
+        out.insert(out.end(), system.begin() + from, system.begin() + std::min(to, p.system));
+      }
       if (to > base) drawn.push_back({&p, std::max(from, base) - base, to - base});
       const std::uint32_t lo = std::max(from, p.system), hi = std::min(to, p.kept);
       if (p.earlier < 0 || lo >= hi) break;
@@ -155,12 +159,16 @@ class prompt_maker {
     const int per = kFineBlockTokens;
     const int total_blocks = std::max(0, (a.prompt_tokens + per - 1) / per);
     team_state& mine = teams_[team.name];
-    if (!mine.named) {
-      mine.hash = hash_of(team.name);
+    if (!mine.named) {  // the team's system prompt, named once
+      const std::uint64_t hash = hash_of(team.name);
+      std::vector<std::uint64_t> system;
+      for (int i = 0; i < team.system_prompt_tokens / per; ++i) system.push_back(mix(hash, static_cast<std::uint64_t>(i)));
+      mine.at = static_cast<std::uint32_t>(book_->systems.size());
+      book_->systems.push_back(std::move(system));
       mine.named = true;
     }
     drawn_prompts::prompt p;
-    p.team = mine.hash;
+    p.team = mine.at;
     p.system = static_cast<std::uint32_t>(std::min(team.system_prompt_tokens / per, total_blocks));
     p.kept = p.system;
     auto& open = mine.open;
@@ -202,7 +210,7 @@ class prompt_maker {
   };
   struct team_state {
     bool named = false;
-    std::uint64_t hash = 0;          ///< names its system prompt's blocks
+    std::uint32_t at = 0;            ///< its system prompt in the drawn prompts
     std::deque<conversation> open;   ///< its latest conversations, oldest first
   };
   const arrival_spec& spec_;
@@ -484,10 +492,17 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
     // Full blocks only; the engines keep each team's prefix cache apart (no cross-tenant
     // hits): so does the oracle.
     names.clear();
-    for (std::size_t off = 0; off + bs <= n; off += bs)
-      names.push_back(by_hash ? mix(blocks[off / per], (off % per) / bs)
-                              : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
-    const std::size_t known = tree.match_and_add(tree.root(hash_of(a.team)), names);
+    const std::size_t full = n / bs;
+    std::span<const std::uint64_t> named;
+    if (by_hash && per == bs) {
+      named = std::span<const std::uint64_t>(blocks).first(full);  // a block is a cache block: its own name
+    } else {
+      for (std::size_t off = 0; off + bs <= n; off += bs)
+        names.push_back(by_hash ? mix(blocks[off / per], (off % per) / bs)
+                                : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
+      named = names;
+    }
+    const std::size_t known = tree.match_and_add(tree.root(hash_of(a.team)), named);
     // Never the whole prompt: its last token is always computed.
     const std::size_t usable = n == 0 ? 0 : (n - 1) / bs;
     r.reusable_tokens += static_cast<std::int64_t>(std::min(known, usable) * bs);
