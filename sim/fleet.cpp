@@ -256,11 +256,12 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     std::vector<std::thread> builders;
     for (std::size_t ri = 0; ri < regions.size(); ++ri) builders.emplace_back(build, ri);
     made = make_arrivals(plan.arrivals, plan.seed ? plan.seed : s.seed);
+    // The requests' records while the fleets may still be building.
+    if (const auto* made_ok = std::get_if<std::vector<arrival>>(&made)) book.records.resize(made_ok->size());
     for (auto& th : builders) th.join();
   }
   if (auto* e = std::get_if<std::string>(&made)) return *e;
   const std::vector<arrival>& arrivals = std::get<std::vector<arrival>>(made);
-  book.records.resize(arrivals.size());
   for (std::size_t ri = 0; ri < regions.size(); ++ri)
     if (!regions[ri].rt->admission) return "region " + s.regions[ri] + ": the node did not start its admission";
   // The global balancer: a conversation (or a request without one) keeps to one region.
