@@ -105,7 +105,8 @@ struct drawn_prompts {
       const prompt* p;
       std::uint32_t from, to;  // of its drawn names
     };
-    std::vector<part> drawn;
+    thread_local std::vector<part> drawn;  // kept between calls: no allocation per prompt
+    drawn.clear();
     while (true) {
       const prompt& p = prompts[static_cast<std::size_t>(k)];
       const std::uint32_t base = std::max(p.system, p.kept);
