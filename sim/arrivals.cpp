@@ -11,6 +11,7 @@
 
 #include "engine/wide_loop.hpp"
 #include "engine/tagged_index.hpp"
+#include "sim/big_pages.hpp"
 #include "sim/traces.hpp"
 
 namespace kiln::sim {
@@ -260,7 +261,8 @@ std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
     }
   }
   std::stable_sort(drafts.begin(), drafts.end(), [](const draft& a, const draft& b) { return a.t < b.t; });
-  std::vector<arrival> out(drafts.size());
+  std::vector<arrival> out;
+  resize_advised(out, drafts.size());
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     const draft& x = drafts[i];
     const team_rule& team = teams[x.team];
@@ -328,7 +330,8 @@ std::string prompts_fit(const std::vector<arrival>& out) {
 
 }  // namespace
 
-std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& s, std::uint64_t seed) {
+std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& s, std::uint64_t seed,
+                                                              const std::function<void(std::size_t)>& on_count) {
   if (s.duration_s <= 0) return std::string("duration must be positive");
   std::vector<arrival> out;
   if (s.process == arrival_process::trace) {
@@ -368,6 +371,7 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
       ++k;
     }
     out.resize(k);
+    if (on_count) on_count(out.size());
   } else {
     if (s.rate <= 0) return std::string("rate must be positive");
     // A scenario asking for more requests than a run can hold is refused before it starts.
@@ -384,6 +388,7 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
              std::to_string(static_cast<long long>(kMaxPromptTokens)) + " per run";
     out = synthetic(s, seed);
     if (auto e = prompts_fit(out); !e.empty()) return e;
+    if (on_count) on_count(out.size());
     prompt_maker prompts(s, seed);
     prompts.reserve(out.size());
     const auto teams = teams_of(s);

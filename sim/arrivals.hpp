@@ -6,6 +6,7 @@
 // equal hashes are equal tokens, so prefix sharing in a trace is prefix sharing in the engines.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -91,7 +92,10 @@ inline constexpr double kMaxArrivals = 2e6;
 inline constexpr double kMaxPromptTokens = 2e9;
 
 /// Every arrival of a run in time order, or what is wrong with the spec or the trace.
-std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed);
+/// `on_count`, when given, hears how many arrivals there will be as soon as that is known,
+/// before their prompts are made (a caller may size its own tables meanwhile).
+std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec& spec, std::uint64_t seed,
+                                                              const std::function<void(std::size_t)>& on_count = {});
 
 /// Prompt tokens an unlimited cache could serve: for each request in order, its longest
 /// prefix (in `block_size`-token blocks) that an earlier request of its team also began with

@@ -453,6 +453,56 @@ TEST_CASE("arrivals: a run whose prompts would not fit is refused before its pro
   CHECK(!make(big).empty());
 }
 
+TEST_CASE("arrivals: the count is told once, as made, and never for a run refused") {
+  std::vector<std::size_t> told;
+  const auto tell = [&](std::size_t n) { told.push_back(n); };
+  arrival_spec s;
+  s.rate = 20;
+  s.duration_s = 30;
+  s.prompt_tokens = 64;
+  auto made = make_arrivals(s, 3, tell);
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(made));
+  REQUIRE(told.size() == 1);
+  CHECK(told[0] == std::get<std::vector<arrival>>(made).size());
+  CHECK(told[0] > 400);
+
+  // A trace whose second team is silenced (multiplier 0): the count is of the requests kept.
+  std::string lines;
+  for (int i = 0; i < 300; ++i)
+    lines += "{\"timestamp\": " + std::to_string(i * 100) + ", \"input_length\": 40, \"output_length\": 5, \"hash_ids\": [" +
+             std::to_string(i) + "]}\n";
+  arrival_spec t;
+  t.process = arrival_process::trace;
+  t.duration_s = 1000;
+  t.trace = temp_file("told.jsonl", lines);
+  team_rule kept, silent;
+  kept.name = "kept";
+  silent.name = "silent";
+  silent.rate_multiplier = 0;
+  t.teams = {kept, silent};
+  told.clear();
+  auto replayed = make_arrivals(t, 1, tell);
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(replayed));
+  const std::size_t n = std::get<std::vector<arrival>>(replayed).size();
+  REQUIRE(told.size() == 1);
+  CHECK(told[0] == n);
+  CHECK(n > 50);
+  CHECK(n < 250);
+  std::filesystem::remove(t.trace);
+
+  // Refused runs tell nothing: a rate too high, prompts too long.
+  told.clear();
+  arrival_spec big = s;
+  big.rate = 1e9;
+  CHECK(std::holds_alternative<std::string>(make_arrivals(big, 1, tell)));
+  big = s;
+  big.rate = 100;
+  big.duration_s = 600;
+  big.prompt_tokens = 10000000;
+  CHECK(std::holds_alternative<std::string>(make_arrivals(big, 1, tell)));
+  CHECK(told.empty());
+}
+
 TEST_CASE("traces: the shared public traces as their README describes them") {
   if (!std::filesystem::exists(kTraces + "mooncake_synthetic_trace.jsonl")) {
     MESSAGE("skipped: ../shared/data/traces is not here");
