@@ -349,6 +349,7 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
   for (const seq_status* st : order) {
     const sequence* rec = record_of(*st);
     if (!rec) return result;  // coast_times() checked every one: not reached
+    __builtin_prefetch(&rec->answer_seed);  // what the tokens below are made from
     batch.push_back(const_cast<sequence*>(rec));
   }
   sched_.bulk_decode(steps, [&](std::size_t i, int from, std::span<token_id> out) {
