@@ -305,17 +305,21 @@ void engine_core::coast_times(int max_steps, std::vector<double>& times) const {
   int steps = max_steps;
   std::int64_t kv = 0;
   const auto order = sched_.running_view();
-  // The batch's records are cold: the engine's record of each sequence (named by the
-  // scheduler's) is asked for a few places ahead of its turn, so the misses overlap.
+  // The batch's records are cold: what this pass reads of each sequence's engine record
+  // (named by the scheduler's) is asked for a few places ahead of its turn, so the misses
+  // overlap.
   constexpr std::size_t kAhead = 6;
-  for (std::size_t i = 0; i < std::min(kAhead, order.size()); ++i) __builtin_prefetch(order[i]->user);
+  const auto ask = [](const seq_status* st) {
+    if (const auto* r = static_cast<const sequence*>(st->user)) {
+      __builtin_prefetch(&r->req.sampling.max_tokens);
+      __builtin_prefetch(&r->req.sampling.logprobs);
+      __builtin_prefetch(&r->answer_seed);
+      __builtin_prefetch(&r->generated);
+    }
+  };
+  for (std::size_t i = 0; i < std::min(kAhead, order.size()); ++i) ask(order[i]);
   for (std::size_t i = 0; i < order.size(); ++i) {
-    if (i + kAhead < order.size())
-      if (const auto* next = static_cast<const char*>(order[i + kAhead]->user)) {
-        __builtin_prefetch(next);
-        __builtin_prefetch(next + 64);
-        __builtin_prefetch(next + 128);
-      }
+    if (i + kAhead < order.size()) ask(order[i + kAhead]);
     const seq_status* st = order[i];
     const sequence* rec = record_of(*st);
     if (!rec || !rec->req.sampling.stop.empty() || rec->req.sampling.logprobs >= 0) return;
