@@ -256,6 +256,14 @@ void retry_or_fail(stateful* self, owned_request& o, errc code, const std::strin
 void arm_sweep(stateful* self) {
   auto& st = self->state;
   if (st.sweep_armed) return;
+  // Deadlines at the front that can no longer fire go now (a first token came, or the request
+  // ended), so the timer waits for one that may: without this it would wake once per request.
+  while (!st.first_token_due.empty()) {
+    const owned_request* o = st.owned.find(st.first_token_due.front().second);
+    if (o && !o->first_token) break;
+    st.first_token_due.pop_front();
+  }
+  while (!st.end_due.empty() && !st.owned.find(st.end_due.front().second)) st.end_due.pop_front();
   std::optional<caf::actor_clock::time_point> next;
   if (!st.first_token_due.empty()) next = st.first_token_due.front().first;
   if (!st.end_due.empty() && (!next || st.end_due.front().first < *next)) next = st.end_due.front().first;

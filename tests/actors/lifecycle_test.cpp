@@ -271,6 +271,29 @@ TEST_CASE("lifecycle: no first token within first_token_timeout_ms: 504 and the 
   CHECK(f.kv_all_free());
 }
 
+TEST_CASE("lifecycle: a first-token deadline falls due on time behind deadlines of requests that already streamed") {
+  test::node_fixture f(node_config(2, /*first_token_ms=*/2000));
+  auto a = f.submit(5);
+  f.vt.run_for(500ms);
+  auto b = f.submit(5);
+  f.vt.run_for(500ms);
+  REQUIRE(a.rec->ends.size() == 1);
+  REQUIRE(b.rec->ends.size() == 1);
+  auto c = f.submit(50);  // at t = 1 s; its engine stalls before the first token
+  f.vt.run_ready();
+  const std::string victim = f.busy_replica();
+  REQUIRE_FALSE(victim.empty());
+  REQUIRE(f.chaos(chaos_target::engine, victim, chaos_action::freeze, 10));
+  f.vt.run_for(1900ms);  // t = 2.9 s: a's and b's deadlines have passed, quietly
+  CHECK_FALSE(c.rec->terminal());
+  CHECK(a.rec->errors.empty());
+  CHECK(b.rec->errors.empty());
+  f.vt.run_for(200ms);  // t = 3.1 s
+  REQUIRE(c.rec->errors.size() == 1);
+  CHECK(c.rec->errors[0].code == errc::timed_out);
+  CHECK(c.rec->tokens.empty());
+}
+
 TEST_CASE("lifecycle: not finished within request_timeout_ms: tokens, then one error event, and the sequence is cancelled") {
   test::node_fixture f(node_config(2, 60000, /*request_ms=*/1000));
   auto r = f.submit(3000);
