@@ -45,17 +45,21 @@ void stop_engine(stateful* self) {
 }
 
 // One heartbeat: the engine's figures when it serves, else the phase alone. An engine that
-// does not answer within the period means no beat this time.
+// does not answer within the period means no beat this time. The deadline is checked when
+// the answer comes rather than by a request timeout, which the clock would hold (and fire,
+// to no one) for every beat, answered or not.
 void beat(stateful* self) {
   auto& st = self->state;
   const bool takes = st.phase == replica_phase::serving || st.phase == replica_phase::draining;
   if (!takes || !st.engine_ready) return report(self);
   const auto engine = st.engine();
-  self->request(engine, st.d.heartbeat * 9 / 10, stats_atom::value)
+  const auto due = self->clock().now() + st.d.heartbeat * 9 / 10;
+  self->request(engine, caf::infinite, stats_atom::value)
       .then(
-          [self, engine](engine_load& l) {
+          [self, engine, due](engine_load& l) {
             auto& st = self->state;
-            if (engine != st.engine()) return;  // answered by an engine since replaced
+            if (self->clock().now() > due) return;  // too late: this beat was missed
+            if (engine != st.engine()) return;      // answered by an engine since replaced
             st.last = l;
             if (st.phase == replica_phase::draining && l.running + l.waiting == 0) stop_engine(self);
             report(self);

@@ -333,6 +333,29 @@ TEST_CASE("lifecycle: a frozen replica leaves the ranking after 3 missed heartbe
   CHECK(in_ranking());
 }
 
+TEST_CASE("lifecycle: a replica whose engine does not answer misses its beats; its late answers do not count") {
+  test::node_fixture f(node_config(2));
+  f.vt.run_for(200ms);
+  REQUIRE(f.chaos(chaos_target::engine, "chat-7b-v1-r0", chaos_action::freeze, 5.75));
+  auto in_ranking = [&] {
+    for (const auto& r : f.pool().replicas)
+      if (r.replica_id == "chat-7b-v1-r0") return r.in_ranking;
+    return false;
+  };
+  f.vt.run_for(3200ms);  // t = 3.4 s: asked at 1, 2 and 3 s, answered by none
+  CHECK(in_ranking());
+  f.vt.run_for(200ms);  // t = 3.6 s: the third beat missed
+  CHECK_FALSE(in_ranking());
+  // Thawed at 5.95 s: it answers every beat asked meanwhile, the one of 5 s too, all past
+  // their deadline (0.9 s after each was asked): none counts.
+  f.vt.run_for(2370ms);  // t = 5.97 s
+  CHECK_FALSE(in_ranking());
+  f.vt.run_for(80ms);  // t = 6.05 s: the beat of 6 s, answered at once
+  CHECK(in_ranking());
+  f.vt.run_for(3s);
+  CHECK(in_ranking());
+}
+
 TEST_CASE("lifecycle: drain finishes in-flight work, takes no new, then stops") {
   test::node_fixture f(node_config(2));
   auto longest = f.submit(400);
