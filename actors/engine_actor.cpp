@@ -8,6 +8,7 @@
 
 #include "actors/chaos.hpp"
 #include "actors/engine_parts.hpp"
+#include "actors/wake_ticket.hpp"
 #include "engine/cpu_executor.hpp"
 #if KILN_HAVE_CUDA
 #include "engine/cuda_executor.hpp"
@@ -297,7 +298,7 @@ bool begin_coast(stateful* self) {
     at += seconds_span(s);  // as each step's own timer would add up
     st.coast_ends.push_back(at);
   }
-  self->delayed_send(self, at, coast_atom::value, ++st.coast_epoch);
+  self->delayed_send(self, at, coast_atom::value, wake_ticket{st.coast_epoch, ++*st.coast_epoch});
   return true;
 }
 
@@ -309,7 +310,7 @@ void settle(stateful* self, bool wakeup = false) {
   auto& st = self->state;
   if (!st.coasting) return;
   st.coasting = false;
-  ++st.coast_epoch;
+  ++*st.coast_epoch;
   const caf::timespan elapsed = self->clock().now() - st.coast_from;
   const std::size_t done = st.coast_steps_ended(elapsed);
   if (done == st.coast_ends.size()) {
@@ -428,9 +429,8 @@ caf::behavior serving(stateful* self) {
         st.publish();
       },
       [self](step_atom) { on_step(self); },
-      [self](coast_atom, std::uint64_t epoch) {
-        auto& st = self->state;
-        if (st.coasting && epoch == st.coast_epoch) settle(self, /*wakeup=*/true);
+      [self](coast_atom, const wake_ticket& t) {
+        if (self->state.coasting && !t.void_now()) settle(self, /*wakeup=*/true);
       },
       [self](stats_atom) {
         settle(self);

@@ -90,7 +90,8 @@ struct engine_state {
   std::vector<double> coast_seconds;      ///< begin_coast's step times (kept: no allocation a coast)
   /// send_outputs' batches, one per sink (kept: no allocation a step)
   std::vector<std::pair<caf::actor, stream_batch>> step_batches;
-  std::uint64_t coast_epoch = 0;          ///< a wakeup of an older coast is ignored
+  /// Moved on when a coast ends: its wakeup's ticket (see wake_ticket.hpp) is then void.
+  std::shared_ptr<std::uint64_t> coast_epoch = std::make_shared<std::uint64_t>(0);
   caf::actor_clock* clock = nullptr;      ///< for the tokens of a coast cut short by the engine's end
   /// Coasting steps that have ended `elapsed` after coast_from.
   std::size_t coast_steps_ended(caf::timespan elapsed) const;
