@@ -17,7 +17,8 @@ class virtual_time {
   /// Runs every job that is ready now, without moving the clock.
   std::size_t run_ready() { return sched_.run(); }
   /// Moves the clock to the next pending timeout (if any is due by `limit`) and runs what it
-  /// wakes; false when nothing is due by `limit`.
+  /// wakes; false when nothing is due by `limit`. A wakeup whose wake ticket is void (see
+  /// actors/wake_ticket.hpp) is dropped on the way, the clock moving to its time.
   bool step(caf::actor_clock::time_point limit);
   /// Fires every timeout due within `d`, one at a time in order, running jobs after each;
   /// the clock ends exactly `d` later.
