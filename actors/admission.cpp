@@ -378,10 +378,9 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           }
           st.captured.erase(c);
         }
-        auto it = st.gate_of.find(r.id);
-        if (it == st.gate_of.end()) return;
-        const std::string key = it->second;
-        st.gate_of.erase(it);
+        const std::optional<std::string> gate = st.gate_of.take(r.id);
+        if (!gate) return;
+        const std::string& key = *gate;
         pool_gate::moves m;
         st.gate(key).end(r.id, now, m);
         apply(self, key, m);

@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/gauges.hpp"
+#include "actors/id_map.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_gate.hpp"
 #include "actors/pool_supervisor.hpp"
@@ -61,7 +62,7 @@ struct admission_state {
   /// The queue depths last given to the gauges, per model@version and tier: an unchanged
   /// depth is not written again.
   std::map<std::string, std::array<std::size_t, 3>, std::less<>> queues_shown;
-  std::unordered_map<request_id, std::string, request_id_hash> gate_of;  ///< admitted: its pool
+  id_map<std::string> gate_of;  ///< admitted: its pool
   bool sweep_armed = false;
   std::shared_ptr<config::capture_log> capture;  ///< null: no capture
   caf::actor_clock::time_point started;          ///< capture times count from here

@@ -421,11 +421,12 @@ caf::behavior serving(stateful* self) {
       [self](cancel_job& c) {
         settle(self);
         auto& st = self->state;
-        auto it = st.by_request.find(c.id);
-        if (it == st.by_request.end()) return;
-        if (auto j = st.jobs.find(it->second); j != st.jobs.end()) st.flush(j->second);
-        st.core->cancel(it->second);
-        forget(st, it->second);
+        const engine::seq_id* found = st.by_request.find(c.id);
+        if (!found) return;
+        const engine::seq_id seq = *found;  // forget() erases the entry
+        if (auto j = st.jobs.find(seq); j != st.jobs.end()) st.flush(j->second);
+        st.core->cancel(seq);
+        forget(st, seq);
         st.publish();
       },
       [self](step_atom) { on_step(self); },

@@ -20,6 +20,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/gauges.hpp"
+#include "actors/id_map.hpp"
 #include "actors/loader.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_runtime.hpp"
@@ -74,7 +75,7 @@ struct engine_state {
   engine_identity who;
   int default_max_tokens = 1024;
   std::unordered_map<engine::seq_id, job> jobs;
-  std::unordered_map<request_id, engine::seq_id, request_id_hash> by_request;
+  id_map<engine::seq_id> by_request;
   std::unordered_set<caf::actor_addr> watched;      ///< sinks and owners this engine monitors
   std::unordered_set<caf::actor_addr> gone_owners;  ///< owners that ended
   engine::seq_id next_seq = 0;

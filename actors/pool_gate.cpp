@@ -60,12 +60,11 @@ void pool_gate::arrive(request r, std::int64_t charge, double share, time_point 
 }
 
 void pool_gate::end(const request_id& id, time_point, moves& out) {
-  auto it = running_.find(id);
-  if (it == running_.end()) return;
-  in_flight_ -= it->second.charge;
-  tier_in_flight_[static_cast<std::size_t>(it->second.tier)] -= it->second.charge;
-  if ((team_in_flight_[it->second.team] -= it->second.charge) == 0) team_in_flight_.erase(it->second.team);
-  running_.erase(it);
+  const std::optional<running> ended = running_.take(id);
+  if (!ended) return;
+  in_flight_ -= ended->charge;
+  tier_in_flight_[static_cast<std::size_t>(ended->tier)] -= ended->charge;
+  if ((team_in_flight_[ended->team] -= ended->charge) == 0) team_in_flight_.erase(ended->team);
   drain(out);
 }
 

@@ -9,9 +9,9 @@
 #include <deque>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "actors/id_map.hpp"
 #include "actors/overload.hpp"
 #include "actors/request.hpp"
 
@@ -78,7 +78,7 @@ class pool_gate {
     engine::priority tier = engine::priority::standard;
   };
   std::int64_t tier_in_flight_[3] = {0, 0, 0};
-  std::unordered_map<request_id, running, request_id_hash> running_;
+  id_map<running> running_;
   std::deque<waiter> queues_[3];  ///< by tier: interactive, standard, batch
 };
 

@@ -107,10 +107,9 @@ std::optional<stream_error> team_ledger::admit(const request& r, time_point now)
 }
 
 bool team_ledger::release(const request_released& r, time_point now) {
-  auto it = charges_.find(r.id);
-  if (it == charges_.end()) return false;
-  const charge c = it->second;
-  charges_.erase(it);
+  const std::optional<charge> taken = charges_.take(r.id);
+  if (!taken) return false;
+  const charge& c = *taken;
   account& acc = account_for(c.team, c.model, now);
   --acc.in_flight;
   acc.tokens_in_flight -= c.tokens;

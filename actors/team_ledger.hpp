@@ -8,9 +8,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
+#include "actors/id_map.hpp"
 #include "actors/messages.hpp"
 #include "actors/token_bucket.hpp"
 #include "config/store.hpp"
@@ -69,7 +69,7 @@ class team_ledger {
 
   std::shared_ptr<const config::tenancy> tenants_;
   std::map<std::pair<std::string, std::string>, account> accounts_;
-  std::unordered_map<request_id, charge, request_id_hash> charges_;
+  id_map<charge> charges_;
   std::map<std::pair<std::string, std::string>, double> region_shares_;
 };
 

@@ -1,0 +1,125 @@
+#pragma once
+// A map from request ids to small values, for the bookkeeping that admission and the engines
+// keep per request in flight (its charge, its slot, its pool): a flat table with linear
+// probing, so a lookup of a request that started long ago costs one cache miss where a
+// node-based map costs three (bucket, the node before, the node). Deletion by backward shift
+// (no tombstones); doubling when half full. A value's address changes when any other entry
+// is added or erased: hold none across such a change. No iteration: nothing that walks a map
+// in its order belongs here.
+#include <bit>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "actors/request.hpp"
+
+namespace kiln::actors {
+
+template <class V>
+class id_map {
+ public:
+  V* find(const request_id& id) {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = home(id);; i = (i + 1) & mask_) {
+      slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.key == id) return &s.value;
+    }
+  }
+  const V* find(const request_id& id) const { return const_cast<id_map*>(this)->find(id); }
+  bool contains(const request_id& id) const { return find(id) != nullptr; }
+
+  /// The value of `id`, made (value-initialized) if absent.
+  V& operator[](const request_id& id) {
+    if (V* v = find(id)) return *v;
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = home(id);
+    while (slots_[i].used) i = (i + 1) & mask_;
+    slots_[i].key = id;
+    slots_[i].used = true;
+    slots_[i].value = V{};
+    ++size_;
+    return slots_[i].value;
+  }
+
+  /// Removes `id` and gives its value (none: it was not there).
+  std::optional<V> take(const request_id& id) {
+    const std::size_t i = index_of(id);
+    if (i == kNone) return std::nullopt;
+    std::optional<V> out(std::move(slots_[i].value));
+    remove_at(i);
+    return out;
+  }
+  /// False if `id` was not there.
+  bool erase(const request_id& id) {
+    const std::size_t i = index_of(id);
+    if (i == kNone) return false;
+    remove_at(i);
+    return true;
+  }
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() {
+    slots_.clear();
+    mask_ = 0;
+    size_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  struct slot {
+    request_id key;
+    bool used = false;
+    V value{};
+  };
+
+  std::size_t home(const request_id& id) const {
+    // request_id_hash, mixed once more and read from its top bits.
+    return static_cast<std::size_t>((request_id_hash{}(id) * 0xD6E8FEB86659FD93ull) >> shift_);
+  }
+  std::size_t index_of(const request_id& id) const {
+    if (slots_.empty()) return kNone;
+    for (std::size_t i = home(id);; i = (i + 1) & mask_) {
+      if (!slots_[i].used) return kNone;
+      if (slots_[i].key == id) return i;
+    }
+  }
+  void remove_at(std::size_t i) {
+    // Pull later entries of the run into the hole where their home allows it.
+    for (std::size_t j = (i + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].key);
+      const bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
+      if (!movable) continue;
+      slots_[i].key = slots_[j].key;
+      slots_[i].value = std::move(slots_[j].value);
+      i = j;
+    }
+    slots_[i].used = false;
+    slots_[i].value = V{};  // what it held goes now, not when the slot is next used
+    --size_;
+  }
+  void grow() {
+    std::vector<slot> old = std::move(slots_);
+    const std::size_t n = old.empty() ? 16 : old.size() * 2;
+    slots_ = std::vector<slot>(n);
+    mask_ = n - 1;
+    shift_ = 64 - std::countr_zero(n);
+    for (slot& s : old) {
+      if (!s.used) continue;
+      std::size_t i = home(s.key);
+      while (slots_[i].used) i = (i + 1) & mask_;
+      slots_[i].key = s.key;
+      slots_[i].used = true;
+      slots_[i].value = std::move(s.value);
+    }
+  }
+
+  std::vector<slot> slots_;
+  std::size_t mask_ = 0;
+  int shift_ = 64;
+  std::size_t size_ = 0;
+};
+
+}  // namespace kiln::actors
