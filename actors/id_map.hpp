@@ -4,8 +4,8 @@
 // probing, so a lookup of a request that started long ago costs one cache miss where a
 // node-based map costs three (bucket, the node before, the node). Deletion by backward shift
 // (no tombstones); doubling when half full. A value's address changes when any other entry
-// is added or erased: hold none across such a change. No iteration: nothing that walks a map
-// in its order belongs here.
+// is added or erased: hold none across such a change. A walk goes in table order, which
+// follows the ids' hashes: whoever needs an order sorts what it collects.
 #include <bit>
 #include <cstdint>
 #include <optional>
@@ -57,6 +57,18 @@ class id_map {
     if (i == kNone) return false;
     remove_at(i);
     return true;
+  }
+
+  /// f(id, value) for every entry, in table order; f must not add or erase.
+  template <class F>
+  void for_each(F f) {
+    for (slot& s : slots_)
+      if (s.used) f(static_cast<const request_id&>(s.key), s.value);
+  }
+  template <class F>
+  void for_each(F f) const {
+    for (const slot& s : slots_)
+      if (s.used) f(s.key, s.value);
   }
 
   std::size_t size() const { return size_; }

@@ -5,8 +5,8 @@
 namespace kiln::actors {
 
 owned_request* ownership::find(const request_id& id) {
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &it->second;
+  const auto* o = by_id_.find(id);
+  return o ? o->get() : nullptr;
 }
 
 owned_request* ownership::find(const request_id& id, std::uint8_t attempt) {
@@ -15,19 +15,17 @@ owned_request* ownership::find(const request_id& id, std::uint8_t attempt) {
 }
 
 owned_request& ownership::add(request r, caf::actor_clock::time_point now) {
-  const request_id id = r.id;
-  owned_request o;
+  std::unique_ptr<owned_request>& kept = by_id_[r.id];
+  kept = std::make_unique<owned_request>();  // an id added again starts afresh
+  owned_request& o = *kept;
   o.req = std::move(r);
   o.since = now;
-  auto [it, fresh] = by_id_.insert_or_assign(id, std::move(o));
-  return it->second;
+  return o;
 }
 
 void ownership::erase(const request_id& id) {
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return;
-  if (it->second.retried) --retrying_;
-  by_id_.erase(it);
+  const auto gone = by_id_.take(id);
+  if (gone && (*gone)->retried) --retrying_;
 }
 
 void ownership::begin_retry(owned_request& o) {
@@ -43,8 +41,18 @@ bool ownership::retry_allowed() const {
 
 std::vector<request_id> ownership::on_engine(const caf::actor_addr& engine) const {
   std::vector<request_id> out;
-  for (const auto& [id, o] : by_id_)
-    if (o.engine && o.engine.address() == engine) out.push_back(id);
+  by_id_.for_each([&](const request_id& id, const std::unique_ptr<owned_request>& o) {
+    if (o->engine && o->engine.address() == engine) out.push_back(id);
+  });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<request_id> ownership::ids() const {
+  std::vector<request_id> out;
+  out.reserve(by_id_.size());
+  by_id_.for_each([&](const request_id& id, const auto&) { out.push_back(id); });
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -2,13 +2,14 @@
 // The requests a router shard owns: where each runs now, which replicas it has tried, and
 // whether its first token has left for the client. Plain bookkeeping, tested without actors.
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_clock.hpp>
 
+#include "actors/id_map.hpp"
 #include "actors/request.hpp"
 
 namespace kiln::actors {
@@ -41,15 +42,15 @@ class ownership {
   std::size_t retrying() const { return retrying_; }
   /// Retries in flight stay within 20% of active requests, and 3 are always allowed.
   bool retry_allowed() const;
-  /// Requests running on `engine`.
+  /// Requests running on `engine`, in id order.
   std::vector<request_id> on_engine(const caf::actor_addr& engine) const;
-  template <class F>
-  void for_each(F f) {
-    for (auto& [id, o] : by_id_) f(o);
-  }
+  /// Every request's id, in id order (the order they came in).
+  std::vector<request_id> ids() const;
 
  private:
-  std::unordered_map<request_id, owned_request, request_id_hash> by_id_;
+  /// Each record on the heap of its own: the pointers find() gives stay good while others
+  /// come and go.
+  id_map<std::unique_ptr<owned_request>> by_id_;
   std::size_t retrying_ = 0;
 };
 

@@ -369,9 +369,7 @@ void on_engine_down(stateful* self, const caf::down_msg& dm) {
 
 // The router is told to stop: its requests end now rather than wait for their clients.
 void end_all(stateful* self, errc code, const std::string& message) {
-  std::vector<request_id> ids;
-  self->state.owned.for_each([&](owned_request& o) { ids.push_back(o.req.id); });
-  for (const auto& id : ids) {
+  for (const auto& id : self->state.owned.ids()) {
     owned_request* o = self->state.owned.find(id);
     if (o->engine) self->send(o->engine, cancel_job{id});
     fail(self, *o, code, message, kRetryAfterS);

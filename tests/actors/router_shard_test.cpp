@@ -2,6 +2,7 @@
 // ownership table's retry budget.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -165,6 +166,37 @@ TEST_CASE("ownership: a retried request counts once until it ends; stale attempt
   own.erase(r.id);
   CHECK(own.retrying() == 0);
   CHECK(own.active() == 0);
+}
+
+TEST_CASE_FIXTURE(router_fixture, "ownership: records stay put while others come and go; walks go in id order") {
+  actors::ownership own;
+  const caf::actor e1 = dummy(), e2 = dummy();
+  std::vector<actors::owned_request*> kept;
+  // Ids added out of order, from two origins; every third runs on e1, the rest on e2.
+  for (std::uint64_t k = 0; k < 300; ++k) {
+    actors::request r;
+    r.id = {k % 2 ? 7u : 3u, (k * 37) % 300 + 1};
+    auto& o = own.add(r, {});
+    o.engine = k % 3 == 0 ? e1 : e2;
+    kept.push_back(&o);
+  }
+  for (std::uint64_t k = 0; k < 300; k += 2) own.erase({3, (k * 37) % 300 + 1});  // the even k
+  CHECK(own.active() == 150);
+  for (std::uint64_t k = 1; k < 300; k += 2) {
+    CAPTURE(k);
+    const actors::request_id id{7, (k * 37) % 300 + 1};
+    CHECK(own.find(id) == kept[k]);  // the same record, at the same address
+    CHECK(kept[k]->req.id == id);
+  }
+  const auto all = own.ids();
+  CHECK(all.size() == 150);
+  CHECK(std::is_sorted(all.begin(), all.end()));
+  const auto on_e1 = own.on_engine(e1.address());
+  CHECK(std::is_sorted(on_e1.begin(), on_e1.end()));
+  CHECK(on_e1.size() == 50);  // odd k that are multiples of 3
+  for (const auto& id : on_e1) CHECK(own.find(id)->engine == e1);
+  CHECK(own.on_engine(e2.address()).size() == 100);
+  for (const auto& a : {e1, e2}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("router: the affinity key is the conversation id, else team and prompt opening") {
