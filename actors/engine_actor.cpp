@@ -108,13 +108,21 @@ engine_state::~engine_state() {
       const std::uint64_t before = quiet_steps;
       quiet_steps += static_cast<std::uint64_t>(ended.quiet_steps);
       for (const auto& out : ended.outputs)
-        if (auto it = jobs.find(out.id); it != jobs.end()) {
-          take_quiet(it->second, before, quiet_steps);
-          it->second.unsent += out.new_tokens;
+        if (job* j = jobs.find(out.id)) {
+          take_quiet(*j, before, quiet_steps);
+          j->unsent += out.new_tokens;
         }
     }
   }
-  for (auto& [seq, j] : jobs) flush(j);
+  for (const engine::seq_id seq : job_seqs()) flush(*jobs.find(seq));
+}
+
+std::vector<engine::seq_id> engine_state::job_seqs() const {
+  std::vector<engine::seq_id> out;
+  out.reserve(jobs.size());
+  jobs.for_each([&](engine::seq_id seq, const job&) { out.push_back(seq); });
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 engine_load engine_state::load() const {
@@ -160,10 +168,8 @@ bool injected_fault(const request_id& id, double fraction) {
 }
 
 void forget(engine_state& st, engine::seq_id seq) {
-  auto it = st.jobs.find(seq);
-  if (it == st.jobs.end()) return;
-  st.by_request.erase(it->second.id);
-  st.jobs.erase(it);
+  const auto gone = st.jobs.take(seq);
+  if (gone) st.by_request.erase(gone->id);
 }
 
 // The executor failed (a device error): every request gets a failure, and the actor ends
@@ -171,7 +177,8 @@ void forget(engine_state& st, engine::seq_id seq) {
 void fail_all(stateful* self, const std::string& why) {
   auto& st = self->state;
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
-  for (auto& [seq, j] : st.jobs) {
+  for (const engine::seq_id seq : st.job_seqs()) {
+    engine_state::job& j = *st.jobs.find(seq);
     st.core->cancel(seq);
     const engine::usage used = st.usage_of(j);
     st.flush(j);
@@ -232,9 +239,9 @@ void send_outputs(stateful* self) {
   st.quiet_steps += static_cast<std::uint64_t>(st.pending.quiet_steps);
   for (std::size_t k = 0; k < st.pending.outputs.size(); ++k) {
     auto& out = st.pending.outputs[k];
-    auto it = st.jobs.find(out.id);
-    if (it == st.jobs.end()) continue;  // cancelled while the step ran
-    auto& j = it->second;
+    engine_state::job* found = st.jobs.find(out.id);
+    if (!found) continue;  // cancelled while the step ran
+    auto& j = *found;
     engine_state::take_quiet(j, quiet_before, st.quiet_steps);
     j.usage = out.usage;
     const bool first = j.ttft_ms < 0 && out.new_tokens > 0;
@@ -261,11 +268,11 @@ void send_outputs(stateful* self) {
   send_batches(self, by_sink);
   for (std::size_t k : finished) {
     const auto& out = st.pending.outputs[k];
-    auto it = st.jobs.find(out.id);
-    if (it == st.jobs.end()) continue;
+    engine_state::job* j = st.jobs.find(out.id);
+    if (!j) continue;
     st.totals.prompt_tokens_total += out.usage.prompt_tokens;
     st.totals.cached_tokens_total += out.usage.cached_tokens;
-    send_finish(self, it->second, out);
+    send_finish(self, *j, out);
     forget(st, out.id);
   }
   st.pending = {};
@@ -424,7 +431,7 @@ caf::behavior serving(stateful* self) {
         const engine::seq_id* found = st.by_request.find(c.id);
         if (!found) return;
         const engine::seq_id seq = *found;  // forget() erases the entry
-        if (auto j = st.jobs.find(seq); j != st.jobs.end()) st.flush(j->second);
+        if (engine_state::job* j = st.jobs.find(seq)) st.flush(*j);
         st.core->cancel(seq);
         forget(st, seq);
         st.publish();
@@ -478,18 +485,15 @@ caf::behavior loading(stateful* self, std::shared_ptr<const pool_runtime> pool, 
 
 int engine_state::cancel_client(caf::event_based_actor* self, const caf::actor_addr& client) {
   int n = 0;
-  for (auto it = jobs.begin(); it != jobs.end();) {
-    auto& j = it->second;
-    if (j.client.address() != client) {
-      ++it;
-      continue;
-    }
-    core->cancel(it->first);
+  for (const engine::seq_id seq : job_seqs()) {
+    const job& j = *jobs.find(seq);
+    if (j.client.address() != client) continue;
+    core->cancel(seq);
     if (j.owner && !gone_owners.count(j.owner.address())) {
       self->send(j.owner, job_done{j.id, j.attempt, engine::finish_reason::cancelled, usage_of(j), who.replica_id, 0});
     }
     by_request.erase(j.id);
-    it = jobs.erase(it);
+    jobs.erase(seq);
     ++n;
   }
   return n;
@@ -510,12 +514,9 @@ caf::behavior engine_actor(stateful* self, engine_identity who, std::shared_ptr<
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     st.watched.erase(dm.source);
-    for (const auto& [seq, j] : st.jobs) {
-      if (j.owner.address() == dm.source) {
-        st.gone_owners.insert(dm.source);  // its requests now end at their sinks
-        break;
-      }
-    }
+    st.jobs.for_each([&](engine::seq_id, const engine_state::job& j) {
+      if (j.owner.address() == dm.source) st.gone_owners.insert(dm.source);  // its requests now end at their sinks
+    });
     if (!st.core) return;
     settle(self);
     if (st.cancel_client(self, dm.source) > 0) st.publish();

@@ -1,6 +1,7 @@
 #pragma once
-// A map from request ids to small values, for the bookkeeping that admission and the engines
-// keep per request in flight (its charge, its slot, its pool): a flat table with linear
+// A map from request ids (or an engine's sequence ids) to small values, for the bookkeeping
+// that admission, the routers and the engines keep per request in flight (its charge, its
+// slot, its pool, its job): a flat table with linear
 // probing, so a lookup of a request that started long ago costs one cache miss where a
 // node-based map costs three (bucket, the node before, the node). Deletion by backward shift
 // (no tombstones); doubling when half full. A value's address changes when any other entry
@@ -16,10 +17,15 @@
 
 namespace kiln::actors {
 
-template <class V>
+/// The engines' sequence ids (a counter): spread by one multiply in id_map's home().
+struct seq_hash {
+  std::size_t operator()(std::uint64_t id) const noexcept { return static_cast<std::size_t>(id ^ (id >> 29)); }
+};
+
+template <class V, class K = request_id, class Hash = request_id_hash>
 class id_map {
  public:
-  V* find(const request_id& id) {
+  V* find(const K& id) {
     if (slots_.empty()) return nullptr;
     for (std::size_t i = home(id);; i = (i + 1) & mask_) {
       slot& s = slots_[i];
@@ -27,11 +33,11 @@ class id_map {
       if (s.key == id) return &s.value;
     }
   }
-  const V* find(const request_id& id) const { return const_cast<id_map*>(this)->find(id); }
-  bool contains(const request_id& id) const { return find(id) != nullptr; }
+  const V* find(const K& id) const { return const_cast<id_map*>(this)->find(id); }
+  bool contains(const K& id) const { return find(id) != nullptr; }
 
   /// The value of `id`, made (value-initialized) if absent.
-  V& operator[](const request_id& id) {
+  V& operator[](const K& id) {
     if (V* v = find(id)) return *v;
     if ((size_ + 1) * 2 > slots_.size()) grow();
     std::size_t i = home(id);
@@ -44,7 +50,7 @@ class id_map {
   }
 
   /// Removes `id` and gives its value (none: it was not there).
-  std::optional<V> take(const request_id& id) {
+  std::optional<V> take(const K& id) {
     const std::size_t i = index_of(id);
     if (i == kNone) return std::nullopt;
     std::optional<V> out(std::move(slots_[i].value));
@@ -52,7 +58,7 @@ class id_map {
     return out;
   }
   /// False if `id` was not there.
-  bool erase(const request_id& id) {
+  bool erase(const K& id) {
     const std::size_t i = index_of(id);
     if (i == kNone) return false;
     remove_at(i);
@@ -63,7 +69,7 @@ class id_map {
   template <class F>
   void for_each(F f) {
     for (slot& s : slots_)
-      if (s.used) f(static_cast<const request_id&>(s.key), s.value);
+      if (s.used) f(static_cast<const K&>(s.key), s.value);
   }
   template <class F>
   void for_each(F f) const {
@@ -82,16 +88,16 @@ class id_map {
  private:
   static constexpr std::size_t kNone = ~std::size_t{0};
   struct slot {
-    request_id key;
+    K key{};
     bool used = false;
     V value{};
   };
 
-  std::size_t home(const request_id& id) const {
-    // request_id_hash, mixed once more and read from its top bits.
-    return static_cast<std::size_t>((request_id_hash{}(id) * 0xD6E8FEB86659FD93ull) >> shift_);
+  std::size_t home(const K& id) const {
+    // The key's hash, mixed once more and read from its top bits.
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(Hash{}(id)) * 0xD6E8FEB86659FD93ull) >> shift_);
   }
-  std::size_t index_of(const request_id& id) const {
+  std::size_t index_of(const K& id) const {
     if (slots_.empty()) return kNone;
     for (std::size_t i = home(id);; i = (i + 1) & mask_) {
       if (!slots_[i].used) return kNone;

@@ -113,3 +113,32 @@ TEST_CASE("id_map: growth keeps every entry, and a removed value is let go at on
   CHECK(taken->use_count() == 1);
   CHECK(m.find(request_id{9, 4}) != nullptr);
 }
+
+TEST_CASE("id_map: an engine's sequence ids, a counter whose oldest entries leave first") {
+  // The engine's pattern: ids from a counter, a window of them in flight, ended out of order.
+  id_map<std::uint64_t, std::uint64_t, kiln::actors::seq_hash> m;
+  std::map<std::uint64_t, std::uint64_t> ref;
+  std::mt19937_64 rng(11);
+  std::uint64_t next = 0;
+  for (int step = 0; step < 40000; ++step) {
+    if (ref.size() < 150 || rng() % 2) {
+      m[next] = next * 3;
+      ref[next] = next * 3;
+      ++next;
+    } else {
+      auto it = ref.begin();
+      std::advance(it, static_cast<long>(rng() % std::min<std::size_t>(ref.size(), 20)));  // mostly the oldest
+      const auto taken = m.take(it->first);
+      REQUIRE(taken.has_value());
+      CHECK(*taken == it->second);
+      ref.erase(it);
+    }
+    REQUIRE(m.size() == ref.size());
+  }
+  std::size_t walked = 0;
+  m.for_each([&](std::uint64_t k, std::uint64_t v) {
+    ++walked;
+    CHECK(ref.at(k) == v);
+  });
+  CHECK(walked == ref.size());
+}
