@@ -139,9 +139,22 @@ void engine_state::publish() const {
   if (!gauges || !core) return;
   const auto& pool = core->sched().pool();
   const engine::executor_load exec = core->exec().load();
-  gauges->set({who.replica_id, who.model, who.version, core->running(), core->waiting(), core->tokens_in_flight(), steps,
-               core->preemptions(), pool.num_free(), pool.capacity(), load_seconds + exec.seconds, exec.bytes,
-               totals.prompt_tokens_total, totals.cached_tokens_total});
+  gauges->update_engine(who.replica_id, [&](engine_gauge& g) {
+    if (g.replica_id != who.replica_id) g.replica_id = who.replica_id;
+    if (g.model != who.model) g.model = who.model;
+    if (g.version != who.version) g.version = who.version;
+    g.running = core->running();
+    g.waiting = core->waiting();
+    g.tokens_in_flight = core->tokens_in_flight();
+    g.steps = steps;
+    g.preemptions = core->preemptions();
+    g.kv_blocks_free = pool.num_free();
+    g.kv_blocks_total = pool.capacity();
+    g.load_seconds = load_seconds + exec.seconds;
+    g.weight_bytes = exec.bytes;
+    g.prompt_tokens_total = totals.prompt_tokens_total;
+    g.cached_tokens_total = totals.cached_tokens_total;
+  });
 }
 
 namespace {

@@ -138,6 +138,15 @@ class fleet_gauges {
     std::lock_guard lock(mu_);
     engines_[g.replica_id] = g;
   }
+  /// set() in place: fill(row) writes an engine's row (made empty for a new replica id), so
+  /// an engine that publishes after every step copies no strings.
+  template <class Fill>
+  void update_engine(const std::string& replica_id, Fill fill) {
+    std::lock_guard lock(mu_);
+    auto it = engines_.find(replica_id);
+    if (it == engines_.end()) it = engines_.emplace(replica_id, engine_gauge{}).first;
+    fill(it->second);
+  }
   void erase(const std::string& replica_id) {
     std::lock_guard lock(mu_);
     engines_.erase(replica_id);
