@@ -1,12 +1,12 @@
 #pragma once
 // A map from request ids (or an engine's sequence ids) to small values, for the bookkeeping
 // that admission, the routers and the engines keep per request in flight (its charge, its
-// slot, its pool, its job): a flat table with linear
-// probing, so a lookup of a request that started long ago costs one cache miss where a
-// node-based map costs three (bucket, the node before, the node). Deletion by backward shift
-// (no tombstones); doubling when half full. A value's address changes when any other entry
-// is added or erased: hold none across such a change. A walk goes in table order, which
-// follows the ids' hashes: whoever needs an order sorts what it collects.
+// slot, its pool, its job): a flat table with linear probing, so a lookup of a request that
+// started long ago costs one cache miss where a node-based map costs three (bucket, the node
+// before, the node). Deletion by backward shift (no tombstones); doubling when half full. A
+// value's address changes when any other entry is added or erased: hold none across such a
+// change. A walk goes in table order, which follows the ids' hashes: whoever needs an order
+// sorts what it collects.
 #include <bit>
 #include <cstdint>
 #include <optional>
