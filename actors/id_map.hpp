@@ -26,12 +26,8 @@ template <class V, class K = request_id, class Hash = request_id_hash>
 class id_map {
  public:
   V* find(const K& id) {
-    if (slots_.empty()) return nullptr;
-    for (std::size_t i = home(id);; i = (i + 1) & mask_) {
-      slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.key == id) return &s.value;
-    }
+    const std::size_t i = index_of(id);
+    return i == kNone ? nullptr : &slots_[i].value;
   }
   const V* find(const K& id) const { return const_cast<id_map*>(this)->find(id); }
   bool contains(const K& id) const { return find(id) != nullptr; }
@@ -40,13 +36,11 @@ class id_map {
   V& operator[](const K& id) {
     if (V* v = find(id)) return *v;
     if ((size_ + 1) * 2 > slots_.size()) grow();
-    std::size_t i = home(id);
-    while (slots_[i].used) i = (i + 1) & mask_;
-    slots_[i].key = id;
-    slots_[i].used = true;
-    slots_[i].value = V{};
+    slot& s = free_slot(id);  // its value is V{}: a slot is emptied when its entry leaves
+    s.key = id;
+    s.used = true;
     ++size_;
-    return slots_[i].value;
+    return s.value;
   }
 
   /// Removes `id` and gives its value (none: it was not there).
@@ -66,11 +60,6 @@ class id_map {
   }
 
   /// f(id, value) for every entry, in table order; f must not add or erase.
-  template <class F>
-  void for_each(F f) {
-    for (slot& s : slots_)
-      if (s.used) f(static_cast<const K&>(s.key), s.value);
-  }
   template <class F>
   void for_each(F f) const {
     for (const slot& s : slots_)
@@ -104,6 +93,12 @@ class id_map {
       if (slots_[i].key == id) return i;
     }
   }
+  /// The first unused slot of `id`'s probe (the table has room).
+  slot& free_slot(const K& id) {
+    std::size_t i = home(id);
+    while (slots_[i].used) i = (i + 1) & mask_;
+    return slots_[i];
+  }
   void remove_at(std::size_t i) {
     // Pull later entries of the run into the hole where their home allows it.
     for (std::size_t j = (i + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
@@ -126,11 +121,10 @@ class id_map {
     shift_ = 64 - std::countr_zero(n);
     for (slot& s : old) {
       if (!s.used) continue;
-      std::size_t i = home(s.key);
-      while (slots_[i].used) i = (i + 1) & mask_;
-      slots_[i].key = s.key;
-      slots_[i].used = true;
-      slots_[i].value = std::move(s.value);
+      slot& to = free_slot(s.key);
+      to.key = s.key;
+      to.used = true;
+      to.value = std::move(s.value);
     }
   }
 
