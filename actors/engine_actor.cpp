@@ -114,16 +114,9 @@ engine_state::~engine_state() {
         }
     }
   }
-  for (const engine::seq_id seq : job_seqs()) flush(*jobs.find(seq));
+  for (const engine::seq_id seq : jobs.sorted_keys()) flush(*jobs.find(seq));
 }
 
-std::vector<engine::seq_id> engine_state::job_seqs() const {
-  std::vector<engine::seq_id> out;
-  out.reserve(jobs.size());
-  jobs.for_each([&](engine::seq_id seq, const job&) { out.push_back(seq); });
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 engine_load engine_state::load() const {
   engine_load l = totals;
@@ -190,7 +183,7 @@ void forget(engine_state& st, engine::seq_id seq) {
 void fail_all(stateful* self, const std::string& why) {
   auto& st = self->state;
   std::fprintf(stderr, "kiln: engine %s failed: %s\n", st.who.replica_id.c_str(), why.c_str());
-  for (const engine::seq_id seq : st.job_seqs()) {
+  for (const engine::seq_id seq : st.jobs.sorted_keys()) {
     engine_state::job& j = *st.jobs.find(seq);
     st.core->cancel(seq);
     const engine::usage used = st.usage_of(j);
@@ -498,7 +491,7 @@ caf::behavior loading(stateful* self, std::shared_ptr<const pool_runtime> pool, 
 
 int engine_state::cancel_client(caf::event_based_actor* self, const caf::actor_addr& client) {
   int n = 0;
-  for (const engine::seq_id seq : job_seqs()) {
+  for (const engine::seq_id seq : jobs.sorted_keys()) {
     const job& j = *jobs.find(seq);
     if (j.client.address() != client) continue;
     core->cancel(seq);

@@ -74,9 +74,7 @@ struct engine_state {
   std::unique_ptr<engine::engine_core> core;
   engine_identity who;
   int default_max_tokens = 1024;
-  id_map<job, engine::seq_id, seq_hash> jobs;
-  /// The sequences of the jobs, in the order they came (a walk over `jobs` that sends).
-  std::vector<engine::seq_id> job_seqs() const;
+  id_map<job, engine::seq_id, seq_hash> jobs;  ///< walks that send go in sequence order (sorted_keys)
   id_map<engine::seq_id> by_request;
   std::unordered_set<caf::actor_addr> watched;      ///< sinks and owners this engine monitors
   std::unordered_set<caf::actor_addr> gone_owners;  ///< owners that ended

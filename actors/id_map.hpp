@@ -7,6 +7,7 @@
 // value's address changes when any other entry is added or erased: hold none across such a
 // change. A walk goes in table order, which follows the ids' hashes: whoever needs an order
 // sorts what it collects.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <optional>
@@ -64,6 +65,21 @@ class id_map {
   void for_each(F f) const {
     for (const slot& s : slots_)
       if (s.used) f(s.key, s.value);
+  }
+
+  /// The keys of the entries where keep(id, value) holds, in key order (for a walk that
+  /// sends, or that may add or erase).
+  template <class Keep>
+  std::vector<K> sorted_keys(Keep keep) const {
+    std::vector<K> out;
+    for_each([&](const K& id, const V& v) {
+      if (keep(id, v)) out.push_back(id);
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<K> sorted_keys() const {
+    return sorted_keys([](const K&, const V&) { return true; });
   }
 
   std::size_t size() const { return size_; }

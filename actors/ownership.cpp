@@ -40,20 +40,11 @@ bool ownership::retry_allowed() const {
 }
 
 std::vector<request_id> ownership::on_engine(const caf::actor_addr& engine) const {
-  std::vector<request_id> out;
-  by_id_.for_each([&](const request_id& id, const std::unique_ptr<owned_request>& o) {
-    if (o->engine && o->engine.address() == engine) out.push_back(id);
+  return by_id_.sorted_keys([&](const request_id&, const std::unique_ptr<owned_request>& o) {
+    return o->engine && o->engine.address() == engine;
   });
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
-std::vector<request_id> ownership::ids() const {
-  std::vector<request_id> out;
-  out.reserve(by_id_.size());
-  by_id_.for_each([&](const request_id& id, const auto&) { out.push_back(id); });
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<request_id> ownership::ids() const { return by_id_.sorted_keys(); }
 
 }  // namespace kiln::actors

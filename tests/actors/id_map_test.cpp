@@ -3,10 +3,12 @@
 // removal does with the value it held.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "actors/id_map.hpp"
 
@@ -141,4 +143,22 @@ TEST_CASE("id_map: an engine's sequence ids, a counter whose oldest entries leav
     CHECK(ref.at(k) == v);
   });
   CHECK(walked == ref.size());
+}
+
+TEST_CASE("id_map: sorted_keys gives the kept entries' ids in order, whatever the table order") {
+  id_map<int, std::uint64_t, kiln::actors::seq_hash> m;
+  std::vector<std::uint64_t> all, odd;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300; ++i) {
+    const std::uint64_t id = rng() % 100000;
+    if (m.contains(id)) continue;
+    m[id] = static_cast<int>(id % 2);
+    all.push_back(id);
+    if (id % 2) odd.push_back(id);
+  }
+  std::sort(all.begin(), all.end());
+  std::sort(odd.begin(), odd.end());
+  CHECK(m.sorted_keys() == all);
+  CHECK(m.sorted_keys([](std::uint64_t, int v) { return v == 1; }) == odd);
+  CHECK(id_map<int>{}.sorted_keys().empty());
 }
