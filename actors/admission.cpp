@@ -329,8 +329,8 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
     u.version = p.version;
     self->state.pools[p.model + "@" + p.version] = u;
   }
+  // Cases are tried in order: a request and its release, every request's two messages, first.
   return {
-      [self](tokenize_request& q) -> tokenize_result { return run_tokenize(self->state, q); },
       [self](request& r) {
         auto& st = self->state;
         const auto now = self->clock().now();
@@ -386,6 +386,7 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         apply(self, key, m);
         st.publish(r.team, r.model, key, now);
       },
+      [self](tokenize_request& q) -> tokenize_result { return run_tokenize(self->state, q); },
       [self](tick_atom) { sweep(self); },
       [self](batch_room_ask& q) -> batch_room {
         auto& st = self->state;

@@ -411,7 +411,12 @@ void on_chaos(stateful* self, const chaos_order& o) {
 }
 
 caf::behavior serving(stateful* self) {
+  // Cases are tried in order: the step timers, most of an engine's messages, first.
   return {
+      [self](step_atom) { on_step(self); },
+      [self](coast_atom, const wake_ticket& t) {
+        if (self->state.coasting && !t.void_now()) settle(self, /*wakeup=*/true);
+      },
       [self](request& r) {
         settle(self);
         auto& st = self->state;
@@ -441,10 +446,6 @@ caf::behavior serving(stateful* self) {
         st.core->cancel(seq);
         forget(st, seq);
         st.publish();
-      },
-      [self](step_atom) { on_step(self); },
-      [self](coast_atom, const wake_ticket& t) {
-        if (self->state.coasting && !t.void_now()) settle(self, /*wakeup=*/true);
       },
       [self](stats_atom) {
         settle(self);

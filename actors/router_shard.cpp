@@ -390,7 +390,22 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
     if (auto& g = self->state.gauges) g->set_ranked(self->state.cfg.model, self->state.cfg.version, 0);
     self->quit(em.reason);
   });
+  // Cases are tried in order: a request's own messages first.
   return {
+      [self](request& r) {
+        own(self, r);
+        return caf::unit;  // admission's acknowledgement
+      },
+      [self](first_token& f) {
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) {
+          o->first_token = true;
+          o->ttft_s = std::chrono::duration<double>(self->clock().now() - o->since).count();
+        }
+      },
+      [self](job_done& d) { on_done(self, d); },
+      [self](job_failed& f) {
+        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message, f.usage);
+      },
       [self](replica_gone& g) {
         auto& reps = self->state.replicas;
         std::erase_if(reps, [&](const auto& e) { return e.replica_id == g.replica_id; });
@@ -415,20 +430,6 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
       [self](replica_status& s) {
         if (self->state.on_status(s, self->clock().now())) self->monitor(s.engine);
         publish_ranked(self);
-      },
-      [self](request& r) {
-        own(self, r);
-        return caf::unit;  // admission's acknowledgement
-      },
-      [self](first_token& f) {
-        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) {
-          o->first_token = true;
-          o->ttft_s = std::chrono::duration<double>(self->clock().now() - o->since).count();
-        }
-      },
-      [self](job_done& d) { on_done(self, d); },
-      [self](job_failed& f) {
-        if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message, f.usage);
       },
       [self](tick_atom) { sweep(self); },
       [self](rank_atom) {

@@ -31,7 +31,16 @@ std::vector<token_id> with_room(const token_list& prompt, int max_tokens) {
 
 engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_ptr<executor> exec,
                          std::shared_ptr<const tokenizer> tok, std::uint64_t salt)
-    : sched_(limits, kv.num_blocks, kv.block_size), exec_(std::move(exec)), tok_(std::move(tok)), salt_(salt) {}
+    : sched_(limits, kv.num_blocks, kv.block_size),
+      exec_(std::move(exec)),
+      sim_(dynamic_cast<const sim_executor*>(exec_.get())),
+      tok_(std::move(tok)),
+      salt_(salt) {}
+
+int engine_core::coast_end(const sequence& s) const {
+  if (!sim_ || !s.req.sampling.stop.empty() || s.req.sampling.logprobs >= 0) return 0;
+  return std::min(s.req.sampling.max_tokens, sim_->natural_length(s.answer_seed) + 1);
+}
 
 bool engine_core::add(engine_request req) {
   // Prompt log-probabilities need every prompt row computed: no prefix-cache reuse.
@@ -56,7 +65,7 @@ bool engine_core::add(engine_request req) {
   s.req = std::move(req);
   const seq_id id = s.req.id;
   sequence& kept = seqs_[id] = std::move(s);
-  if (!in_flight_) sched_.set_user(id, &kept);
+  if (!in_flight_) sched_.set_user(id, &kept, coast_end(kept));
   return true;
 }
 
@@ -75,7 +84,7 @@ void engine_core::apply_deferred() {
   for (auto& r : std::exchange(deferred_adds_, {}))
     if (auto it = seqs_.find(r.id); it != seqs_.end()) {
       sched_.add(r.id, r.prio, with_room(r.prompt, r.sampling.max_tokens), r.sampling.max_tokens, r.cache_salt);
-      sched_.set_user(r.id, &it->second);
+      sched_.set_user(r.id, &it->second, coast_end(it->second));
     }
 }
 
@@ -299,46 +308,21 @@ std::vector<double> engine_core::coast_times(int max_steps) const {
 
 void engine_core::coast_times(int max_steps, std::vector<double>& times) const {
   times.clear();
-  const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
-  if (!sim || in_flight_ || max_steps < 2 || !sched_.steady_decode()) return;
-  // Steps until the first sequence ends: by its length limit or its answer's eos.
-  int steps = max_steps;
-  std::int64_t kv = 0;
-  const auto order = sched_.running_view();
-  // The batch's records are cold: what this pass reads of each sequence's engine record
-  // (named by the scheduler's) is asked for a few places ahead of its turn, so the misses
-  // overlap.
-  constexpr std::size_t kAhead = 6;
-  const auto ask = [](const seq_status* st) {
-    if (const auto* r = static_cast<const sequence*>(st->user)) {
-      __builtin_prefetch(&r->req.sampling.max_tokens);
-      __builtin_prefetch(&r->req.sampling.logprobs);
-      __builtin_prefetch(&r->answer_seed);
-      __builtin_prefetch(&r->generated);
-    }
-  };
-  for (std::size_t i = 0; i < std::min(kAhead, order.size()); ++i) ask(order[i]);
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    if (i + kAhead < order.size()) ask(order[i + kAhead]);
-    const seq_status* st = order[i];
-    const sequence* rec = record_of(*st);
-    if (!rec || !rec->req.sampling.stop.empty() || rec->req.sampling.logprobs >= 0) return;
-    const sequence& s = *rec;
-    const int by_length = s.req.sampling.max_tokens - s.generated;
-    const int natural = sim->natural_length(s.answer_seed);
-    const int by_eos = natural >= s.generated ? natural - s.generated + 1 : 1;
-    steps = std::min({steps, by_length, by_eos});
-    kv += st->computed;
-  }
+  if (!sim_ || in_flight_ || max_steps < 2) return;
+  // Steps until the first sequence ends, by its length limit or its answer's eos (its
+  // coast_end, kept with the scheduler's record so that this reads nothing else).
+  const auto span = sched_.next_coast(max_steps);
+  const int steps = span.steps;
+  const std::int64_t kv = span.kv_tokens;
   if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return;
   // The shape sim_executor::run() sees for each of those steps.
   times.reserve(static_cast<std::size_t>(steps));
-  const auto batch = static_cast<std::int64_t>(order.size());
+  const auto batch = static_cast<std::int64_t>(sched_.running());
   for (int k = 1; k <= steps; ++k) {
     step_shape shape;
     shape.new_tokens = batch;
     shape.kv_tokens_read = kv + batch * k;
-    times.push_back(sim->model().time(shape).total);
+    times.push_back(sim_->model().time(shape).total);
   }
 }
 
@@ -352,7 +336,7 @@ std::pair<step_result, step_result> engine_core::coast_and_one(int steps) {
 
 step_result engine_core::coast_split(int first, int last, step_result* head) {
   step_result result;
-  const auto* sim = dynamic_cast<const sim_executor*>(exec_.get());
+  const sim_executor* sim = sim_;
   const int steps = first + last;
   if (!sim || steps <= 0) return result;
   // The batch in serving order (bulk_decode's order too); neither side's entries move or

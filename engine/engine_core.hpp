@@ -17,6 +17,8 @@
 
 namespace kiln::engine {
 
+class sim_executor;
+
 struct engine_request {
   seq_id id = 0;
   token_list prompt;
@@ -135,6 +137,8 @@ class engine_core {
   /// Ends a sequence that cannot go on (it outgrew the KV pool) with `length`.
   seq_output cut_short(sequence& s);
   engine::usage usage_of(const sequence& s) const;
+  /// What the scheduler keeps as the sequence's seq_status::coast_end.
+  int coast_end(const sequence& s) const;
 
   /// coast()'s working buffers: the batch in serving order, and its sequences.
   struct coast_scratch {
@@ -150,6 +154,7 @@ class engine_core {
   /// result holds the last steps'.
   step_result coast_split(int first, int last, step_result* head);
   std::unique_ptr<executor> exec_;
+  const sim_executor* sim_;  ///< exec_ when it is the simulator's (modelled answers, coasting)
   std::shared_ptr<const tokenizer> tok_;
   std::uint64_t salt_;
   std::uint64_t unseeded_ = 0;

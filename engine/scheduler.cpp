@@ -67,8 +67,11 @@ const seq_status* scheduler::find(seq_id id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-void scheduler::set_user(seq_id id, void* user) {
-  if (auto it = seqs_.find(id); it != seqs_.end()) it->second.user = user;
+void scheduler::set_user(seq_id id, void* user, int coast_end) {
+  if (auto it = seqs_.find(id); it != seqs_.end()) {
+    it->second.user = user;
+    it->second.coast_end = user ? coast_end : 0;
+  }
 }
 
 const std::vector<seq_status*>& scheduler::ordered(bool running) {
@@ -82,6 +85,19 @@ bool scheduler::steady_decode() const {
   for (const seq_status* s : running_)
     if (s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) return false;
   return true;
+}
+
+scheduler::coast_span scheduler::next_coast(int max_steps) const {
+  coast_span span;
+  if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return span;
+  int steps = max_steps;
+  for (const seq_status* s : running_) {
+    if (s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) return span;
+    steps = std::min(steps, s->coast_end - s->generated);
+    span.kv_tokens += s->computed;
+  }
+  span.steps = std::max(0, steps);
+  return span;
 }
 
 int scheduler::blocks_for_decode(int steps) const {

@@ -47,27 +47,34 @@ struct step_plan {
   int total_tokens() const { return prefill_tokens + decode_tokens; }
 };
 
-/// Scheduler's view of one sequence.
-struct seq_status {
-  seq_id id = 0;
-  priority prio = priority::standard;
+/// Scheduler's view of one sequence. What every pass over the batch reads (a coast's, a
+/// step's) is in its first 64 bytes, and the record starts a cache line: a batch of cold
+/// records costs one miss per sequence for those passes, not three.
+struct alignas(64) seq_status {
   std::vector<token_id> tokens;  ///< prompt, then every sampled token
-  int prompt_len = 0;
-  int max_tokens = 0;
-  int generated = 0;
-  int computed = 0;              ///< tokens whose K/V are in the cache
-  int cached_tokens = 0;         ///< prompt tokens found in the prefix cache at first admission
-  std::uint64_t salt = 0;        ///< prefix-cache partition (the team)
   std::vector<block_id> blocks;  ///< block table
+  int computed = 0;              ///< tokens whose K/V are in the cache
+  int generated = 0;
+  int prompt_len = 0;
+  /// The caller's: the `generated` count at which the sequence ends while it decodes steadily
+  /// (its length limit or its modelled answer's end); 0 when it cannot be run ahead (stop
+  /// strings, log-probabilities, or not known).
+  int coast_end = 0;
+  // -- the second line: keys and what a step's plan and its update read
   std::vector<block_hash> keys;  ///< cache keys of the table's full blocks, in order
+  seq_id id = 0;
+  void* user = nullptr;  ///< the caller's own record of the sequence (engine_core's), kept for it
+  int max_tokens = 0;
+  int progress_mark = 0;         ///< `generated` when last preempted
+  priority prio = priority::standard;
   bool running = false;
   bool admitted_once = false;
   bool guarded = false;          ///< preempted and not yet progressed: cannot be preempted again
-  int progress_mark = 0;         ///< `generated` when last preempted
   int preemptions = 0;
+  int cached_tokens = 0;         ///< prompt tokens found in the prefix cache at first admission
+  std::uint64_t salt = 0;        ///< prefix-cache partition (the team)
   std::uint64_t arrival = 0;
   std::uint64_t admitted_at = 0;
-  void* user = nullptr;  ///< the caller's own record of the sequence (engine_core's), kept for it
 };
 
 class scheduler {
@@ -100,8 +107,9 @@ class scheduler {
   std::int64_t tokens_in_flight() const { return in_flight_; }
   std::uint64_t preemptions() const { return preemptions_; }
   const seq_status* find(seq_id id) const;
-  /// Keeps the caller's record of a sequence with it (seq_status::user); nothing if unknown.
-  void set_user(seq_id id, void* user);
+  /// Keeps the caller's record of a sequence with it (seq_status::user and coast_end); nothing
+  /// if unknown.
+  void set_user(seq_id id, void* user, int coast_end = 0);
 
   // Steady decode, for modelled executors that run several steps between events: while
   // nothing waits and every running sequence decodes, the next steps are known in advance.
@@ -116,6 +124,15 @@ class scheduler {
   bool steady_decode() const;
   /// Blocks that `steps` more decodes of every running sequence take from the pool.
   int blocks_for_decode(int steps) const;
+  /// Steady decode's next stretch, from one walk of the batch: the steps (at most `max_steps`)
+  /// until the first running sequence reaches its coast_end, the step that reaches it
+  /// included, and the tokens the batch holds in the KV cache. 0 steps when the next step is
+  /// not steady decode.
+  struct coast_span {
+    int steps = 0;
+    std::int64_t kv_tokens = 0;
+  };
+  coast_span next_coast(int max_steps) const;
   /// Fills `out` with a running sequence's next tokens: the i-th of running_view(), from
   /// the position given by its tokens generated so far.
   using token_run_fn = std::function<void(std::size_t i, int first_position, std::span<token_id> out)>;

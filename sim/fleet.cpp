@@ -6,6 +6,7 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <xxhash.h>
@@ -32,7 +33,9 @@ caf::timespan span_of(double s) {
 /// What the regions' sinks write into: one record per request, indexed by its id's counter.
 struct run_book {
   std::vector<request_record> records;
-  std::atomic<std::size_t> done{0};  ///< counted by every region's collector
+  /// Requests ended, for the progress line: each region adds its count at its report ticks
+  /// (one line of memory the regions' threads would otherwise hand back and forth per request).
+  std::atomic<std::size_t> done{0};
 };
 
 /// The sink's target: every client of a region, recorded at virtual time.
@@ -63,7 +66,6 @@ class collector final : public actors::stream_target {
     r.prompt = ev.prompt_tokens;
     r.cached = ev.cached_tokens;
     r.attempts = ev.attempts;
-    ++book_.done;
     ++region_done_;
   }
   void on_error(actors::stream_error ev) override {
@@ -73,7 +75,6 @@ class collector final : public actors::stream_target {
     r.end = now();
     r.outcome = std::string(actors::to_string(ev.code));
     r.mid_stream = r.output > 0;
-    ++book_.done;
     ++region_done_;
   }
 
@@ -168,6 +169,7 @@ struct region_run {
   std::vector<std::size_t> events;    ///< indexes into the sorted events
   std::vector<std::pair<std::size_t, std::string>> event_log;  ///< by event index
   std::size_t done = 0;  ///< its requests ended (counted by its collector)
+  std::size_t done_counted = 0;  ///< of those, the ones added to run_book::done
   double now = 0;
   double tick = 0;
   bool killed = false;  ///< a region kill ended it: it reports nothing from then on
@@ -414,6 +416,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
       } else {
         sample(rr, t);
         rr.tick += s.report_interval_s;
+        book.done += rr.done - std::exchange(rr.done_counted, rr.done);
         if (report && progress)
           progress(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count(), book.done.load(),
                    arrivals.size());

@@ -512,3 +512,37 @@ TEST_CASE("scheduler: a bulk decode takes, fills and keys the same blocks in the
   }
   CHECK(compared >= 30);
 }
+
+TEST_CASE("scheduler: next_coast runs to the nearest coast end, only while the batch decodes steadily") {
+  scheduler s({64, 8, 0}, 64, 4);
+  int record = 0;  // any caller's record: next_coast reads only the coast ends kept with it
+  s.add(1, priority::standard, toks(5), 20);
+  s.add(2, priority::standard, toks(3, 300), 20);
+  CHECK(s.next_coast(100).steps == 0);  // both wait
+  apply(s, s.schedule());               // both prefill whole and sample their first token
+  REQUIRE(s.steady_decode());
+  CHECK(s.next_coast(100).steps == 0);  // no coast end given: neither may be run ahead
+  s.set_user(1, &record, 10);
+  CHECK(s.next_coast(100).steps == 0);  // the other still may not
+  s.set_user(2, &record, 7);
+  const auto span = s.next_coast(100);
+  CHECK(span.steps == 6);      // sequence 2 has 1 token and ends at its 7th
+  CHECK(span.kv_tokens == 8);  // 5 + 3 prompt tokens computed
+  CHECK(s.next_coast(4).steps == 4);
+  CHECK(s.next_coast(6).steps == 6);
+  s.set_user(2, &record, 2);  // its end is the next step: one step, nothing to run ahead
+  CHECK(s.next_coast(100).steps == 1);
+  s.set_user(2, &record, 1);  // already past it
+  CHECK(s.next_coast(100).steps == 0);
+  s.set_user(2, nullptr, 7);  // a record taken back takes its coast end with it
+  CHECK(s.next_coast(100).steps == 0);
+  s.set_user(2, &record, 7);
+  apply(s, s.schedule());  // one decode each
+  CHECK(s.next_coast(100).steps == 5);
+  CHECK(s.next_coast(100).kv_tokens == 10);
+  s.add(3, priority::standard, toks(4, 500), 20);  // a sequence waiting: the next step admits it
+  CHECK(s.next_coast(100).steps == 0);
+  apply(s, s.schedule());
+  s.set_user(3, &record, 20);
+  CHECK(s.next_coast(100).steps == 4);  // sequence 2 again, now two tokens on
+}
