@@ -336,9 +336,8 @@ std::pair<step_result, step_result> engine_core::coast_and_one(int steps) {
 
 step_result engine_core::coast_split(int first, int last, step_result* head) {
   step_result result;
-  const sim_executor* sim = sim_;
   const int steps = first + last;
-  if (!sim || steps <= 0) return result;
+  if (!sim_ || steps <= 0) return result;
   // The batch in serving order (bulk_decode's order too); neither side's entries move or
   // go until the loop below removes the finished ones.
   const auto view = sched_.running_view();
@@ -352,7 +351,7 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
     batch.push_back(const_cast<sequence*>(rec));
   }
   sched_.bulk_decode(steps, [&](std::size_t i, int from, std::span<token_id> out) {
-    sim->tokens_at(batch[i]->answer_seed, from, out);
+    sim_->tokens_at(batch[i]->answer_seed, from, out);
   });
   result.batch_size = static_cast<int>(batch.size());
   result.quiet_steps = head ? last : steps;

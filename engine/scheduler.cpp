@@ -80,19 +80,25 @@ const std::vector<seq_status*>& scheduler::ordered(bool running) {
   return walk;
 }
 
+namespace {
+// In steady decode, this sequence's next step computes its last sampled token.
+bool decodes_next(const seq_status& s) { return s.computed >= s.prompt_len && s.computed + 1 == static_cast<int>(s.tokens.size()); }
+}  // namespace
+
+bool scheduler::batch_may_decode() const {
+  return !running_.empty() && waiting_.empty() && running() <= limits_.max_tokens_per_step;
+}
+
 bool scheduler::steady_decode() const {
-  if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return false;
-  for (const seq_status* s : running_)
-    if (s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) return false;
-  return true;
+  return batch_may_decode() && std::all_of(running_.begin(), running_.end(), [](const seq_status* s) { return decodes_next(*s); });
 }
 
 scheduler::coast_span scheduler::next_coast(int max_steps) const {
   coast_span span;
-  if (running_.empty() || !waiting_.empty() || running() > limits_.max_tokens_per_step) return span;
+  if (!batch_may_decode()) return span;
   int steps = max_steps;
   for (const seq_status* s : running_) {
-    if (s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) return span;
+    if (!decodes_next(*s)) return span;
     steps = std::min(steps, s->coast_end - s->generated);
     span.kv_tokens += s->computed;
   }

@@ -144,6 +144,9 @@ class scheduler {
   const kv_block_pool& pool() const { return pool_; }
 
  private:
+  /// Nothing waits and the whole batch fits one step: what steady decode asks of the batch
+  /// before it looks at each sequence.
+  bool batch_may_decode() const;
   int blocks_for(int tokens) const;
   bool admit(seq_status& s, step_plan& plan, int& budget);
   /// Frees blocks until `needed` are free by preempting running sequences of tier
