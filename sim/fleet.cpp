@@ -17,6 +17,7 @@
 #include "actors/stream_sink.hpp"
 #include "config/store.hpp"
 #include "sim/big_pages.hpp"
+#include "sim/core_turns.hpp"
 #include "sim/report.hpp"
 #include "sim/virtual_time.hpp"
 
@@ -346,10 +347,13 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   };
 
   // One region to its end: every arrival sent, each of its requests ended, the duration past.
-  auto drive = [&](region_run& rr, bool report, double until) {
+  // `turns` (set below) moves the regions' threads among the cores as they go.
+  core_turns* turns = nullptr;
+  auto drive = [&](region_run& rr, bool report, double until, std::size_t thread) {
     region_rt& r = *rr.rt;
     std::size_t next = 0, next_event = 0;
     while (true) {
+      if (turns) turns->poll(thread);
       const double t_arrival = next < rr.arrivals.size() ? rr.arrivals[next].first : 1e300;
       const double t_event = next_event < rr.events.size() ? events[rr.events[next_event]].at_s : 1e300;
       const double t = std::min({t_arrival, t_event, rr.tick});
@@ -429,7 +433,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   std::size_t dead = regions.size();
   if (killed != events.end()) {
     dead = static_cast<std::size_t>(std::find(s.regions.begin(), s.regions.end(), killed->region) - s.regions.begin());
-    drive(regions[dead], dead == 0, killed->at_s);
+    drive(regions[dead], dead == 0, killed->at_s, 0);
     kill_region(regions[dead], regions[(dead + 1) % regions.size()], *killed, book, res.region_kill);
     const auto& k = res.region_kill;
     regions[dead].event_log.emplace_back(
@@ -441,14 +445,19 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   {
     std::vector<std::thread> threads;
     std::size_t reporter = dead == 0 ? 1 : 0;
+    core_turns turns_now(regions.size() - (dead < regions.size() ? 1 : 0), std::chrono::milliseconds(100));
+    if (turns_now.active()) turns = &turns_now;
     for (std::size_t ri = 0; ri < regions.size(); ++ri)
-      if (ri != dead && ri != reporter) threads.emplace_back([&, ri] {
-          drive(regions[ri], false, 1e300);
+      if (ri != dead && ri != reporter) threads.emplace_back([&, ri, k = threads.size() + 1] {
+          drive(regions[ri], false, 1e300, k);
+          turns_now.leave(k);
           oracle.help();
         });
-    drive(regions[reporter], true, 1e300);
+    drive(regions[reporter], true, 1e300, 0);
+    turns_now.leave(0);
     oracle.help();
     for (auto& th : threads) th.join();
+    turns = nullptr;
   }
   for (const auto& rr : regions)
     if (!rr.error.empty()) return rr.error;
