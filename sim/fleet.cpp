@@ -5,6 +5,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -347,8 +348,8 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   };
 
   // One region to its end: every arrival sent, each of its requests ended, the duration past.
-  // `turns` (set below) moves the regions' threads among the cores as they go.
-  core_turns* turns = nullptr;
+  // `turns` (made below, while regions run side by side) moves their threads among the cores.
+  std::optional<core_turns> turns;
   auto drive = [&](region_run& rr, bool report, double until, std::size_t thread) {
     region_rt& r = *rr.rt;
     std::size_t next = 0, next_event = 0;
@@ -445,19 +446,18 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
   {
     std::vector<std::thread> threads;
     std::size_t reporter = dead == 0 ? 1 : 0;
-    core_turns turns_now(regions.size() - (dead < regions.size() ? 1 : 0), std::chrono::milliseconds(100));
-    if (turns_now.active()) turns = &turns_now;
+    turns.emplace(regions.size() - (dead < regions.size() ? 1 : 0), std::chrono::milliseconds(100));
     for (std::size_t ri = 0; ri < regions.size(); ++ri)
       if (ri != dead && ri != reporter) threads.emplace_back([&, ri, k = threads.size() + 1] {
           drive(regions[ri], false, 1e300, k);
-          turns_now.leave(k);
+          turns->leave(k);
           oracle.help();
         });
     drive(regions[reporter], true, 1e300, 0);
-    turns_now.leave(0);
+    turns->leave(0);
     oracle.help();
     for (auto& th : threads) th.join();
-    turns = nullptr;
+    turns.reset();
   }
   for (const auto& rr : regions)
     if (!rr.error.empty()) return rr.error;
