@@ -26,7 +26,11 @@ class core_turns {
   bool active() const { return !cpus_.empty(); }
   /// Thread k's turn, called from thread k as often as it likes: when a new slot has begun,
   /// it moves to core (k + slot number) of the process's cores, so no two threads share one.
-  void poll(std::size_t k, clock::time_point now = clock::now());
+  void poll(std::size_t k) {
+    if (!cpus_.empty()) poll(k, clock::now());  // no clock read while inactive
+  }
+  /// poll() at `now`.
+  void poll(std::size_t k, clock::time_point now);
   /// When slot 0 began (the construction).
   clock::time_point start() const { return start_; }
   /// Thread k is done taking turns: it may run on any of the process's cores again.
