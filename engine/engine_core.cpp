@@ -23,7 +23,7 @@ namespace {
 std::vector<token_id> with_room(const token_list& prompt, int max_tokens) {
   std::vector<token_id> v;
   v.reserve(prompt.size() + static_cast<std::size_t>(std::clamp(max_tokens, 0, 4096)));
-  v.assign(prompt.begin(), prompt.end());
+  prompt.copy_to(v);  // a prompt made on demand is made here, once
   return v;
 }
 
@@ -45,16 +45,19 @@ int engine_core::coast_end(const sequence& s) const {
 bool engine_core::add(engine_request req) {
   // Prompt log-probabilities need every prompt row computed: no prefix-cache reuse.
   if (req.sampling.prompt_logprobs) req.cache_salt = mix64(req.cache_salt ^ mix64(req.id ^ 0x70726f6d7074ULL));
+  std::uint64_t prompt_hash = 0;
   if (in_flight_) {
     // The worker reads the scheduler now: the sequence joins it when the step ends.
     if (!sched_.can_ever_fit(static_cast<int>(req.prompt.size()))) return false;
     deferred_adds_.push_back(req);
-  } else if (!sched_.add(req.id, req.prio, with_room(req.prompt, req.sampling.max_tokens), req.sampling.max_tokens,
-                         req.cache_salt)) {
-    return false;
+    prompt_hash = XXH3_64bits(req.prompt.data(), req.prompt.size() * sizeof(token_id));
+  } else {
+    // The scheduler's copy is the one read: a prompt made on demand is never made twice.
+    auto tokens = with_room(req.prompt, req.sampling.max_tokens);
+    prompt_hash = XXH3_64bits(tokens.data(), tokens.size() * sizeof(token_id));
+    if (!sched_.add(req.id, req.prio, std::move(tokens), req.sampling.max_tokens, req.cache_salt)) return false;
   }
   sequence s;
-  const auto prompt_hash = XXH3_64bits(req.prompt.data(), req.prompt.size() * sizeof(token_id));
   if (req.sampling.temperature <= 0)
     s.rng_seed = prompt_hash;  // greedy: the same prompt gives the same answer
   else if (req.sampling.seed)

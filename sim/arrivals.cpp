@@ -295,11 +295,9 @@ KILN_WIDE_LOOP void fill_tokens(std::int32_t* out, std::uint64_t base, std::size
   }
 }
 
-}  // namespace
-
-std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
+/// The prompt's prompt_tokens ids, written at `out`.
+void write_prompt(const arrival& a, int vocab, std::int32_t* out) {
   const auto want = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
-  std::vector<std::int32_t> out(want);
   const auto v = static_cast<std::uint64_t>(std::max(3, vocab) - 2);
   const auto per = static_cast<std::size_t>(std::max(0, a.block_tokens));
   thread_local std::vector<std::uint64_t> made;
@@ -308,13 +306,43 @@ std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
   std::size_t at = 0;
   for (std::size_t b = 0; b < blocks.size() && at < want; ++b) {
     const std::size_t n = std::min(per, want - at);
-    fill_tokens(out.data() + at, mix(blocks[b], 0x51EDull), 0, n, v);
+    fill_tokens(out + at, mix(blocks[b], 0x51EDull), 0, n, v);
     at += n;
   }
   // A trace with fewer hashes than tokens: the rest is the request's own.
   const std::uint64_t tail = blocks.empty() ? 0 : blocks.back();
-  if (at < want) fill_tokens(out.data() + at, mix(tail, 0xABCDull), at, want - at, v);
+  if (at < want) fill_tokens(out + at, mix(tail, 0xABCDull), at, want - at, v);
+}
+
+/// A prompt's ids made when the engine takes it: a request carries a few words, not its
+/// thousands of ids, for as long as it lives.
+class prompt_source final : public engine::token_list::source {
+ public:
+  prompt_source(const arrival& a, int vocab) : vocab_(vocab) {
+    a_.prompt_tokens = std::max(0, a.prompt_tokens);
+    a_.blocks = a.blocks;
+    a_.drawn = a.drawn;
+    a_.drawn_at = a.drawn_at;
+    a_.block_tokens = a.block_tokens;
+  }
+  std::size_t size() const override { return static_cast<std::size_t>(a_.prompt_tokens); }
+  void fill(std::int32_t* out) const override { write_prompt(a_, vocab_, out); }
+
+ private:
+  arrival a_;  // the prompt's names only
+  int vocab_;
+};
+
+}  // namespace
+
+std::vector<std::int32_t> prompt_of(const arrival& a, int vocab) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(std::max(0, a.prompt_tokens)));
+  write_prompt(a, vocab, out.data());
   return out;
+}
+
+engine::token_list prompt_list_of(const arrival& a, int vocab) {
+  return engine::token_list::made_by(std::make_shared<const prompt_source>(a, vocab));
 }
 
 namespace {

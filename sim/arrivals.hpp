@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/capture.hpp"
+#include "engine/token_list.hpp"
 #include "engine/types.hpp"
 
 namespace kiln::sim {
@@ -53,6 +54,8 @@ void blocks_of(const arrival& a, std::vector<std::uint64_t>& out);
 
 /// The prompt's token ids: block i's tokens are a function of its hash alone.
 std::vector<std::int32_t> prompt_of(const arrival& a, int vocab);
+/// The same ids as a token list that makes them when first read (or copied into an engine).
+engine::token_list prompt_list_of(const arrival& a, int vocab);
 
 /// Who sends a share of the traffic.
 struct team_rule {

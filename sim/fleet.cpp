@@ -386,7 +386,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
         req.sampling.max_tokens = std::max(1, a.output_tokens);
         req.sampling.temperature = 0.7;
         req.sampling.seed = i + 1;
-        req.prompt = prompt_of(a, pool->shape.vocab);
+        req.prompt = prompt_list_of(a, pool->shape.vocab);
         req.sink = r.sink;
         caf::anon_send(r.admission, std::move(req));
       } else if (t == t_event) {

@@ -199,7 +199,10 @@ TEST_CASE("arrivals: a synthetic prompt's names, made when asked, follow a conve
   }
   CHECK(continued > v.size() / 2);
   CHECK(deepest > 100);
-  for (std::size_t i = 0; i < v.size(); i += 97) CHECK(prompt_of(v[i], 32000) == prompt_of(listed[i], 32000));
+  for (std::size_t i = 0; i < v.size(); i += 97) {
+    CHECK(prompt_of(v[i], 32000) == prompt_of(listed[i], 32000));
+    CHECK(prompt_list_of(v[i], 32000).vec() == prompt_of(listed[i], 32000));  // what the engines get
+  }
   const auto drawn = oracle_hit_rate(v, 16, 32000), explicit_lists = oracle_hit_rate(listed, 16, 32000);
   CHECK(drawn.reusable_tokens > drawn.prompt_tokens / 2);
   CHECK(drawn.reusable_tokens == explicit_lists.reusable_tokens);
@@ -234,6 +237,13 @@ TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a
   CHECK(std::equal(m.begin() + 37, m.end(), all.begin()));
   // Not one token repeated over the whole prompt: the run draws, it does not copy.
   CHECK(std::count(all.begin(), all.end(), all.front()) < static_cast<long>(all.size()));
+  // The list the fleet hands the engines makes the same ids, whether read or copied.
+  const auto list = prompt_list_of(whole, 50);
+  CHECK(list.size() == all.size());
+  std::vector<std::int32_t> copied{-1};
+  list.copy_to(copied);
+  CHECK(std::equal(copied.begin() + 1, copied.end(), all.begin(), all.end()));
+  CHECK(list.vec() == all);
 }
 
 TEST_CASE("arrivals: the oracle hit rate counts each request's longest prefix an earlier one began with") {
