@@ -51,6 +51,7 @@ void kv_block_pool::compact_ring() {
     ++out;
   }
   tail_ = out;
+  meta_ahead_ = slot_ahead_ = head_;  // the places past head_ name other blocks now
 }
 
 std::vector<block_id> kv_block_pool::allocate(int n) {
@@ -76,14 +77,7 @@ bool kv_block_pool::allocate_into(int n, std::vector<block_id>& out) {
     if (m.key != 0) by_key_.prefetch(m.key);
     out.push_back(b);
   }
-  // Ahead of the next allocations: the records of the blocks they will look at, and for the
-  // next one (its record fetched by an earlier call) the index slot its eviction will need.
-  for (std::uint64_t at = head_; at < std::min(tail_, head_ + 4); ++at)
-    __builtin_prefetch(&meta_[static_cast<std::size_t>(ring_[at & mask])], 1);
-  if (head_ < tail_) {
-    const block_meta& next = meta_[static_cast<std::size_t>(ring_[head_ & mask])];
-    if (next.refs == 0 && next.key != 0) by_key_.prefetch(next.key);
-  }
+  look_ahead();
   const auto key_of = [this](std::int32_t v) { return this->key_of(v); };
   for (std::size_t i = first; i < out.size(); ++i) {
     block_meta& m = meta_[static_cast<std::size_t>(out[i])];
@@ -93,6 +87,25 @@ bool kv_block_pool::allocate_into(int n, std::vector<block_id>& out) {
     ++evictions_;
   }
   return true;
+}
+
+void kv_block_pool::look_ahead() {
+  // Ahead of the next allocations, a window of the ring at a time: the records of the blocks
+  // kMetaAhead places on, and for those kSlotAhead on (their records fetched by earlier calls)
+  // the index slots their evictions will need. Each place enters each window once, so a run
+  // of one-block allocations (decode growth) keeps as many loads in flight as a big one.
+  constexpr std::uint64_t kMetaAhead = 16, kSlotAhead = 8;
+  const std::uint64_t mask = ring_.size() - 1;
+  const std::uint64_t meta_to = std::min(tail_, head_ + kMetaAhead);
+  for (std::uint64_t at = std::max(meta_ahead_, head_); at < meta_to; ++at)
+    __builtin_prefetch(&meta_[static_cast<std::size_t>(ring_[at & mask])], 1);
+  meta_ahead_ = std::max(meta_ahead_, meta_to);
+  const std::uint64_t slot_to = std::min(tail_, head_ + kSlotAhead);
+  for (std::uint64_t at = std::max(slot_ahead_, head_); at < slot_to; ++at) {
+    const block_meta& m = meta_[static_cast<std::size_t>(ring_[at & mask])];
+    if (m.refs == 0 && m.key != 0) by_key_.prefetch(m.key);
+  }
+  slot_ahead_ = std::max(slot_ahead_, slot_to);
 }
 
 void kv_block_pool::release_all(std::span<const block_id> blocks) {

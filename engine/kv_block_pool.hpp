@@ -76,6 +76,7 @@ class kv_block_pool {
   };
   void push_free(block_id b);
   void compact_ring();
+  void look_ahead();
   block_hash key_of(std::int32_t b) const { return meta_[static_cast<std::size_t>(b)].key; }
 
   int block_size_;
@@ -86,6 +87,7 @@ class kv_block_pool {
   /// other blocks for every change.
   std::vector<block_id> ring_;
   std::uint64_t head_ = 0, tail_ = 0;
+  std::uint64_t meta_ahead_ = 0, slot_ahead_ = 0;  ///< ring places look_ahead() has fetched for, up to
   int free_count_ = 0;
   tagged_index by_key_;  ///< cached blocks by chain key (at most one key per block)
   std::uint64_t evictions_ = 0;
