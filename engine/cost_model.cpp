@@ -42,13 +42,17 @@ int cost_model::kv_blocks(int block_size) const {
   return blocks <= 0 ? 0 : static_cast<int>(std::min(blocks, 1e9));
 }
 
+double cost_model::memory_seconds(std::int64_t kv_tokens_read, double weights_per_gpu, double kv_bytes) const {
+  const double tp = std::max(1, gpu_.tensor_parallel);
+  const double bw = gpu_.hbm_bytes_per_s * gpu_.bandwidth_efficiency;
+  return (weights_per_gpu + static_cast<double>(kv_tokens_read) * kv_bytes / tp) / bw;
+}
+
 step_time cost_model::time(const step_shape& s) const {
   step_time t;
   const double tp = std::max(1, gpu_.tensor_parallel);
-  const double bw = gpu_.hbm_bytes_per_s * gpu_.bandwidth_efficiency;
   const double flops = gpu_.flops_per_s * gpu_.flops_efficiency;
-  const double bytes = weight_bytes() / tp + static_cast<double>(s.kv_tokens_read) * kv_bytes_per_token() / tp;
-  t.memory = bytes / bw;
+  t.memory = memory_seconds(s.kv_tokens_read, weight_bytes() / tp, kv_bytes_per_token());
   t.compute = (2.0 * params_ * static_cast<double>(s.new_tokens) + s.attention_flops) / (tp * flops);
   if (gpu_.tensor_parallel > 1) {
     const double n = tp;
@@ -61,6 +65,22 @@ step_time cost_model::time(const step_shape& s) const {
   t.roofline = std::max(t.memory, t.compute) + t.allreduce + t.fixed;
   t.total = t.roofline / gpu_.end_to_end_efficiency;
   return t;
+}
+
+void cost_model::decode_totals(std::int64_t batch, std::int64_t kv_tokens, int steps, std::vector<double>& out) const {
+  out.clear();
+  if (steps <= 0) return;
+  out.reserve(static_cast<std::size_t>(steps));
+  step_shape shape;
+  shape.new_tokens = batch;
+  shape.kv_tokens_read = kv_tokens + batch;
+  const step_time first = time(shape);  // what no step's reads change: compute, all-reduce, fixed
+  const double tp = std::max(1, gpu_.tensor_parallel);
+  const double weights = weight_bytes() / tp, kv_bytes = kv_bytes_per_token();
+  for (int k = 1; k <= steps; ++k) {
+    const double memory = memory_seconds(kv_tokens + batch * k, weights, kv_bytes);
+    out.push_back((std::max(memory, first.compute) + first.allreduce + first.fixed) / gpu_.end_to_end_efficiency);
+  }
 }
 
 }  // namespace kiln::engine

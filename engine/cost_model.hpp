@@ -2,6 +2,7 @@
 // Roofline step-time model of a dense decoder on one GPU class (the sizing seed, 001).
 // Every assumption is a named field so config can override it.
 #include <cstdint>
+#include <vector>
 
 namespace kiln::engine {
 
@@ -69,6 +70,10 @@ class cost_model {
   /// Attention FLOPs of a prefill chunk of `chunk` tokens that follows `past` cached tokens.
   double attention_flops(std::int64_t chunk, std::int64_t past) const;
   step_time time(const step_shape& s) const;
+  /// time().total of `steps` steady decode steps of `batch` sequences that hold `kv_tokens`
+  /// before the first: step k (from 1) reads kv_tokens + batch * k. The same figures as
+  /// time() to the bit, its per-step constants worked out once; written over `out`.
+  void decode_totals(std::int64_t batch, std::int64_t kv_tokens, int steps, std::vector<double>& out) const;
   /// KV blocks that fit beside the weights on the replica's GPUs (at least 0).
   int kv_blocks(int block_size) const;
 
@@ -76,6 +81,9 @@ class cost_model {
   const gpu_assumptions& gpu() const { return gpu_; }
 
  private:
+  /// A step's HBM time: the weights' share of one GPU, then `kv_tokens_read` tokens' K and V.
+  double memory_seconds(std::int64_t kv_tokens_read, double weights_per_gpu, double kv_bytes) const;
+
   model_shape shape_;
   gpu_assumptions gpu_;
   double params_;

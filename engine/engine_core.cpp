@@ -318,15 +318,8 @@ void engine_core::coast_times(int max_steps, std::vector<double>& times) const {
   const int steps = span.steps;
   const std::int64_t kv = span.kv_tokens;
   if (steps < 2 || sched_.blocks_for_decode(steps) > sched_.pool().num_free()) return;
-  // The shape sim_executor::run() sees for each of those steps.
-  times.reserve(static_cast<std::size_t>(steps));
-  const auto batch = static_cast<std::int64_t>(sched_.running());
-  for (int k = 1; k <= steps; ++k) {
-    step_shape shape;
-    shape.new_tokens = batch;
-    shape.kv_tokens_read = kv + batch * k;
-    times.push_back(sim_->model().time(shape).total);
-  }
+  // The shapes sim_executor::run() sees for those steps: the batch, reading one more token each.
+  sim_->model().decode_totals(static_cast<std::int64_t>(sched_.running()), kv, steps, times);
 }
 
 step_result engine_core::coast(int steps) { return coast_split(steps, 0, nullptr); }

@@ -78,3 +78,26 @@ TEST_CASE("cost model: the default 7B GQA shape on an H200") {
   CHECK(c.time(batch).total > t.total);
   CHECK(c.time(batch).total / 64 < t.total);
 }
+
+TEST_CASE("cost model: a stretch of decode steps costs what each step alone would, to the bit") {
+  // TP 8 (all-reduce in every step) and a single GPU; batches where memory or compute binds.
+  const cost_model one_gpu(model_shape{}, gpu_assumptions{});
+  const cost_model big = seed_70b();
+  for (const cost_model& m : {big, one_gpu}) {
+    for (const std::int64_t batch : {1, 7, 192, 4096}) {
+      std::vector<double> totals{42.0};  // written over
+      m.decode_totals(batch, 3000, 50, totals);
+      REQUIRE(totals.size() == 50);
+      for (int k = 1; k <= 50; ++k) {
+        step_shape s;
+        s.new_tokens = batch;
+        s.kv_tokens_read = 3000 + batch * k;
+        CHECK(totals[static_cast<std::size_t>(k - 1)] == m.time(s).total);  // exact, not near
+      }
+      CHECK(totals.back() >= totals.front());
+    }
+  }
+  std::vector<double> none{1.0};
+  big.decode_totals(8, 100, 0, none);
+  CHECK(none.empty());
+}
