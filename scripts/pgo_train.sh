@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # pgo_train.sh: records the profile in cmake/pgo/ (see cmake/pgo.cmake). Builds kiln with the
-# hot libraries instrumented (in build-pgo/, about 12 minutes on 2 cores), runs seed_fleet
+# hot libraries instrumented (in build-pgo/, about 8 minutes on 2 cores), runs seed_fleet
 # with it, and puts the counts it wrote in cmake/pgo/ with the compiler that made them.
-# The counts are updated atomically, so none is lost between the run's threads. Run it after
+# The counts are updated atomically, so none is lost between the run's threads; a few
+# (the progress line's, the threads' turns) follow the wall clock and differ run to run,
+# so a new recording differs a little from the last even with no change. Run it after
 # changing the engine's, actors' or simulator's hot paths: a function changed since the
 # profile was made is compiled as without one.
 set -euo pipefail
