@@ -118,30 +118,38 @@ engine_state::~engine_state() {
 }
 
 
-engine_load engine_state::load() const {
+engine_load engine_state::load(int ahead) const {
   engine_load l = totals;
   if (core) {
     l.waiting = core->waiting();
     l.running = core->running();
-    l.tokens_in_flight = core->tokens_in_flight();
+    l.tokens_in_flight = ahead > 0 ? core->coast_ahead(ahead).tokens_in_flight : core->tokens_in_flight();
   }
   return l;
 }
 
-void engine_state::publish() const {
+int engine_state::coast_ahead(caf::actor_clock::time_point now) const {
+  if (!coasting) return 0;
+  const std::size_t begun = coast_steps_ended(now - coast_from) + 1;
+  return begun < coast_ends.size() ? static_cast<int>(begun) : 0;
+}
+
+void engine_state::publish(int ahead) const {
   if (!gauges || !core) return;
   const auto& pool = core->sched().pool();
   const engine::executor_load exec = core->exec().load();
+  const engine::engine_core::coast_view now = ahead > 0 ? core->coast_ahead(ahead)
+                                                        : engine::engine_core::coast_view{core->tokens_in_flight(), pool.num_free()};
   gauges->update_engine(who.replica_id, [&](engine_gauge& g) {
     if (g.replica_id != who.replica_id) g.replica_id = who.replica_id;
     if (g.model != who.model) g.model = who.model;
     if (g.version != who.version) g.version = who.version;
     g.running = core->running();
     g.waiting = core->waiting();
-    g.tokens_in_flight = core->tokens_in_flight();
-    g.steps = steps;
+    g.tokens_in_flight = now.tokens_in_flight;
+    g.steps = steps + static_cast<std::uint64_t>(std::max(0, ahead));
     g.preemptions = core->preemptions();
-    g.kv_blocks_free = pool.num_free();
+    g.kv_blocks_free = now.kv_blocks_free;
     g.kv_blocks_total = pool.capacity();
     g.load_seconds = load_seconds + exec.seconds;
     g.weight_bytes = exec.bytes;
@@ -448,8 +456,16 @@ caf::behavior serving(stateful* self) {
         st.publish();
       },
       [self](stats_atom) {
+        // A heartbeat reads the engine without settling its coast: the figures are those
+        // step-by-step running would show now, and the coast runs on uncut (settling it
+        // would end it here and plan a new one from the step under way).
+        auto& st = self->state;
+        if (const int ahead = st.coast_ahead(self->clock().now()); ahead > 0) {
+          st.publish(ahead);
+          return st.load(ahead);
+        }
         settle(self);
-        return self->state.load();
+        return st.load();
       },
       [self](chaos_order& o) {
         settle(self);

@@ -113,7 +113,8 @@ struct engine_state {
   ~engine_state();
 
   engine::engine_request to_engine_request(const request& r, engine::seq_id seq) const;
-  engine_load load() const;
+  /// The engine's figures with `ahead` more steps of its coast applied (see coast_ahead()).
+  engine_load load(int ahead = 0) const;
   /// Drops every job whose sink is gone, telling their owners; returns how many.
   int cancel_client(caf::event_based_actor* self, const caf::actor_addr& sink);
   /// Sends what a coasting engine held of a job's tokens.
@@ -124,7 +125,11 @@ struct engine_state {
   static void take_quiet(job& j, std::uint64_t before, std::uint64_t after);
   /// A job's usage so far, its quiet tokens included: what a cancellation or failure reports.
   engine::usage usage_of(const job& j) const;
-  void publish() const;
+  void publish(int ahead = 0) const;
+  /// While coasting: the steps of the coast that step-by-step running would have begun by
+  /// `now` (those ended and the one under way), when none of them ends a sequence; else 0.
+  /// A coasting engine shows its figures at that many steps on without settling the coast.
+  int coast_ahead(caf::actor_clock::time_point now) const;
   static inline const char* name = "kiln.engine";
 };
 

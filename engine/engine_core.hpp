@@ -93,6 +93,16 @@ class engine_core {
   /// `steps` steps' tokens (`steps` short of the coast's end, so nothing finishes in them),
   /// then the next step's.
   std::pair<step_result, step_result> coast_and_one(int steps);
+  /// What coast(steps) would leave (`steps` short of the coast's end, so nothing finishes in
+  /// them), read without running it: each running sequence then holds `steps` more tokens.
+  struct coast_view {
+    std::int64_t tokens_in_flight = 0;
+    int kv_blocks_free = 0;
+  };
+  coast_view coast_ahead(int steps) const {
+    return {sched_.tokens_in_flight() - static_cast<std::int64_t>(sched_.running()) * steps,
+            sched_.pool().num_free() - sched_.blocks_for_decode(steps)};
+  }
 
   /// Off: answers carry token counts only, no text (stop strings still end them), and steps
   /// are quiet where they can be (step_result::quiet_steps). The simulator's engines, whose

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <set>
 
 #include <caf/all.hpp>
@@ -191,6 +192,33 @@ TEST_CASE("lifecycle: an engine that fails or is cancelled mid-coast streams and
   CHECK(coasting.streamed == stepwise.streamed);
   CHECK(coasting.fill == stepwise.fill);  // the same tokens billed to the team
   CHECK(coasting.fill < 1);
+}
+
+TEST_CASE("lifecycle: a heartbeat reads a coasting engine as it would a step-by-step one, mid-coast") {
+  // Beats every 37 ms land inside coasts: the engine answers with the figures step-by-step
+  // running would have then (the steps ended and the one under way), without settling.
+  auto run = [](bool coast) {
+    auto c = node_config(1);
+    c.pools[0].coast_steps = coast;
+    c.pools[0].heartbeat_ms = 37;
+    test::node_fixture f(c);
+    std::vector<test::node_fixture::open_request> rs;
+    for (int i = 0; i < 4; ++i) rs.push_back(f.submit(300 + 40 * i, "steady " + std::to_string(i), 50 + i));
+    std::vector<std::int64_t> seen;  // the router's view of the replica, from its beats
+    for (int k = 0; k < 80; ++k) {
+      f.vt.run_for(29ms);
+      if (k == 20) rs.push_back(f.submit(200, "a late one", 60));
+      seen.push_back(f.pool().replicas.at(0).tokens_in_flight);
+    }
+    REQUIRE(f.vt.run_until([&] { return all_ended(rs); }, 60s));
+    return std::pair{seen, f.gauges->engines().at(0).steps};
+  };
+  const auto [stepwise, stepwise_steps] = run(false);
+  const auto [coasting, coasting_steps] = run(true);
+  CHECK(std::count_if(stepwise.begin(), stepwise.end(), [](std::int64_t t) { return t > 0; }) > 60);
+  CHECK(std::adjacent_find(stepwise.begin(), stepwise.end(), std::not_equal_to<>()) != stepwise.end());  // it moves
+  CHECK(coasting == stepwise);
+  CHECK(coasting_steps == stepwise_steps);
 }
 
 TEST_CASE("lifecycle: the retry budget caps retries in flight; the rest get 503 with Retry-After") {
