@@ -176,6 +176,14 @@ struct region_run {
   double tick = 0;
   bool killed = false;  ///< a region kill ended it: it reports nothing from then on
   std::string error;
+  /// Where its arrivals for a model go, from the region's configuration (fixed for the run),
+  /// looked up at a model's first arrival rather than at each.
+  struct model_route {
+    std::string model;
+    const config::pool_config* pool = nullptr;
+    std::uint32_t pool_index = 0;
+  };
+  std::vector<model_route> routes;
 };
 
 /// A region's processes end at the event's time. When the balancer notices (at once for a
@@ -369,24 +377,29 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
         rec.team = a.team;
         rec.tier = a.tier;
         rec.asked_output = a.output_tokens;
+        const std::string& model = a.model.empty() ? first_model : a.model;
+        auto route = std::find_if(rr.routes.begin(), rr.routes.end(), [&](const auto& m) { return m.model == model; });
+        if (route == rr.routes.end()) {
+          const std::string version = r.cfg->live_version(model);
+          const config::pool_config* pool = r.cfg->pool_for(model, version);
+          if (!pool) {
+            rr.error = "arrivals ask for model '" + model + "', which the fleet does not serve";
+            return;
+          }
+          route = rr.routes.insert(rr.routes.end(), {model, pool, pool_index.at(rr.name + "/" + model + "@" + version)});
+        }
         actors::request req;
         req.id = {origin, i + 1};
         req.team = a.team;
-        req.model = a.model.empty() ? first_model : a.model;
-        const std::string version = r.cfg->live_version(req.model);
-        const config::pool_config* pool = r.cfg->pool_for(req.model, version);
-        if (!pool) {
-          rr.error = "arrivals ask for model '" + req.model + "', which the fleet does not serve";
-          return;
-        }
-        rec.pool = pool_index.at(rr.name + "/" + req.model + "@" + version);
-        rec.model = req.model;
+        req.model = model;
+        rec.pool = route->pool_index;
+        rec.model = model;
         req.priority = a.tier;
         req.conversation_id = a.conversation;
         req.sampling.max_tokens = std::max(1, a.output_tokens);
         req.sampling.temperature = 0.7;
         req.sampling.seed = i + 1;
-        req.prompt = prompt_list_of(a, pool->shape.vocab);
+        req.prompt = prompt_list_of(a, route->pool->shape.vocab);
         req.sink = r.sink;
         caf::anon_send(r.admission, std::move(req));
       } else if (t == t_event) {
