@@ -155,7 +155,7 @@ void engine_state::publish(int ahead) const {
     g.weight_bytes = exec.bytes;
     g.prompt_tokens_total = totals.prompt_tokens_total;
     g.cached_tokens_total = totals.cached_tokens_total;
-  });
+  }, &gauge_row);
 }
 
 namespace {

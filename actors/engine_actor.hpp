@@ -104,6 +104,7 @@ struct engine_state {
   double load_seconds = 0;
   double slow_factor = 1;       ///< chaos: step time multiplier
   std::shared_ptr<fleet_gauges> gauges;
+  mutable engine_row_hint gauge_row;  ///< where publish() writes
 
   engine_state() = default;
   engine_state(const engine_state&) = delete;

@@ -108,6 +108,13 @@ struct config_state {
   std::uint64_t refused = 0;   ///< snapshots refused (corrupt, unreadable)
 };
 
+/// Where an engine's row was found last (see fleet_gauges::update_engine): valid while no
+/// row has been erased since.
+struct engine_row_hint {
+  engine_gauge* row = nullptr;
+  std::uint64_t generation = 0;
+};
+
 class fleet_gauges {
  public:
   void set_config_state(config_state c) {
@@ -140,16 +147,21 @@ class fleet_gauges {
   }
   /// set() in place: fill(row) writes an engine's row (made empty for a new replica id), so
   /// an engine that publishes after every step copies no strings.
+  /// With a hint (one per publishing engine), the row is found once and then written where it
+  /// is, until some row is erased (a map's rows stay put until then).
   template <class Fill>
-  void update_engine(const std::string& replica_id, Fill fill) {
+  void update_engine(const std::string& replica_id, Fill fill, engine_row_hint* hint = nullptr) {
     std::lock_guard lock(mu_);
+    if (hint && hint->row && hint->generation == engines_generation_) return fill(*hint->row);
     auto it = engines_.find(replica_id);
     if (it == engines_.end()) it = engines_.emplace(replica_id, engine_gauge{}).first;
+    if (hint) *hint = {&it->second, engines_generation_};
     fill(it->second);
   }
   void erase(const std::string& replica_id) {
     std::lock_guard lock(mu_);
     engines_.erase(replica_id);
+    ++engines_generation_;
   }
   void set_replica(const replica_gauge& g) {
     std::lock_guard lock(mu_);
@@ -176,6 +188,7 @@ class fleet_gauges {
     std::lock_guard lock(mu_);
     replicas_.erase(replica_id);
     engines_.erase(replica_id);
+    ++engines_generation_;
   }
   /// An autoscaler's action (stage "autoscale", decision add/drain/remove), for the log and
   /// the simulator's report.
@@ -270,6 +283,7 @@ class fleet_gauges {
   std::vector<rollout_gauge> rollouts_;
   std::vector<rollout_gauge> scale_events_;
   std::map<std::string, engine_gauge> engines_;
+  std::uint64_t engines_generation_ = 1;  ///< moves on at every erase from engines_ (hints start at 0)
   std::map<std::string, replica_gauge> replicas_;
   std::map<std::string, pool_gauge> pools_;
   std::map<outcome_key, std::uint64_t> outcomes_;
