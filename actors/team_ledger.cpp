@@ -102,7 +102,7 @@ std::optional<stream_error> team_ledger::admit(const request& r, time_point now)
   }
   ++acc.in_flight;
   acc.tokens_in_flight += tokens;
-  charges_[r.id] = {r.team, r.model, tokens};
+  charges_[r.id] = {&acc, tokens};
   return std::nullopt;
 }
 
@@ -110,7 +110,7 @@ bool team_ledger::release(const request_released& r, time_point now) {
   const std::optional<charge> taken = charges_.take(r.id);
   if (!taken) return false;
   const charge& c = *taken;
-  account& acc = account_for(c.team, c.model, now);
+  account& acc = *c.acc;
   --acc.in_flight;
   acc.tokens_in_flight -= c.tokens;
   if (acc.bucket && r.usage_known) {

@@ -22,6 +22,12 @@ class team_ledger {
   using time_point = token_bucket::time_point;
 
   explicit team_ledger(std::shared_ptr<const config::tenancy> tenants = std::make_shared<const config::tenancy>());
+  // A charge points at its account: a copy would point into the original's (a move takes the
+  // accounts' nodes along, so the charges stay right).
+  team_ledger(const team_ledger&) = delete;
+  team_ledger& operator=(const team_ledger&) = delete;
+  team_ledger(team_ledger&&) = default;
+  team_ledger& operator=(team_ledger&&) = default;
   /// New teams or limits take effect at once; buckets keep what they hold (up to a new burst).
   void set_tenancy(std::shared_ptr<const config::tenancy> tenants, time_point now);
   /// This region's share of each limit it shares with other regions, by (team, model); a
@@ -58,8 +64,7 @@ class team_ledger {
     std::int64_t asked = 0;  ///< tokens asked since take_asked()
   };
   struct charge {
-    std::string team;
-    std::string model;
+    account* acc = nullptr;  ///< accounts are never erased, so this stays valid
     std::int64_t tokens = 0;
   };
   const config::team_limit* limit(const std::string& team, const std::string& model) const;
