@@ -27,9 +27,10 @@ admission_verdict pool_gate::verdict(const waiter& w, bool queue_full) const {
 
 void pool_gate::start(waiter w, moves& out) {
   in_flight_ += w.charge;
-  team_in_flight_[w.r.team] += w.charge;
+  std::int64_t& team = team_in_flight_[w.r.team];
+  team += w.charge;
   tier_in_flight_[static_cast<std::size_t>(w.r.priority)] += w.charge;
-  running_[w.r.id] = {w.r.team, w.charge, w.r.priority};
+  running_[w.r.id] = {&team, w.charge, w.r.priority};
   out.run.push_back(std::move(w.r));
 }
 
@@ -64,7 +65,7 @@ void pool_gate::end(const request_id& id, time_point, moves& out) {
   if (!ended) return;
   in_flight_ -= ended->charge;
   tier_in_flight_[static_cast<std::size_t>(ended->tier)] -= ended->charge;
-  if ((team_in_flight_[ended->team] -= ended->charge) == 0) team_in_flight_.erase(ended->team);
+  *ended->team -= ended->charge;
   drain(out);
 }
 

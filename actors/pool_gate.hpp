@@ -23,6 +23,12 @@ class pool_gate {
 
   /// `capacity` 0: no overload control.
   pool_gate(std::int64_t capacity = 0, std::size_t queue_limit = 256, std::chrono::milliseconds max_wait = std::chrono::seconds(60));
+  // A running request points at its team's total: a copy would point into the original's (a
+  // move takes the totals' nodes along).
+  pool_gate(const pool_gate&) = delete;
+  pool_gate& operator=(const pool_gate&) = delete;
+  pool_gate(pool_gate&&) = default;
+  pool_gate& operator=(pool_gate&&) = default;
 
   /// What became of requests: those to send to the router now, and those refused.
   struct moves {
@@ -71,9 +77,11 @@ class pool_gate {
   std::size_t queue_limit_;
   std::chrono::milliseconds max_wait_;
   std::int64_t in_flight_ = 0;
+  /// By team; a team's entry stays (at 0) once it has run here, so a running request can
+  /// point at it.
   std::map<std::string, std::int64_t> team_in_flight_;
   struct running {
-    std::string team;
+    std::int64_t* team = nullptr;  ///< its team's entry in team_in_flight_
     std::int64_t charge = 0;
     engine::priority tier = engine::priority::standard;
   };
