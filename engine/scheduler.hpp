@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -182,9 +183,9 @@ class scheduler {
   scheduler_limits limits_;
   kv_block_pool pool_;
   bulk_scratch bulk_;
-  std::map<seq_id, seq_status> seqs_;  ///< node-based: the orders below point into it
+  std::unordered_map<seq_id, seq_status> seqs_;  ///< node-based: the orders below point into it
   /// Removed while a plan was out (its items point at them): freed at the plan's update().
-  std::vector<std::map<seq_id, seq_status>::node_type> retired_;
+  std::vector<std::unordered_map<seq_id, seq_status>::node_type> retired_;
   bool planned_ = false;
   std::vector<seq_status*> run_walk_, wait_walk_;  ///< ordered()'s copies
   std::vector<seq_status*> running_;   ///< in serving order: tier, then admission
