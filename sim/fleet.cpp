@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -46,7 +47,10 @@ class collector final : public actors::stream_target {
   collector(run_book& book, std::size_t& region_done, caf::scheduler::test_coordinator& sched, clock_point start)
       : book_(book), region_done_(region_done), sched_(sched), start_(start) {}
   /// Pool indexes by "model@version", so a request counts where it was served (a canary's).
-  void set_pools(std::map<std::string, std::uint32_t> pools) { pools_ = std::move(pools); }
+  void set_pools(std::map<std::string, std::uint32_t> pools) {
+    pools_ = std::move(pools);
+    seen_.clear();
+  }
   /// The region was killed: its clients heard nothing more from it.
   void close() { closed_ = true; }
   void on_tokens(actors::stream_tokens ev) override {
@@ -64,7 +68,7 @@ class collector final : public actors::stream_target {
     r.end = now();
     r.outcome = "completed";
     r.version = ev.model_version;
-    if (auto it = pools_.find(r.model + "@" + ev.model_version); it != pools_.end()) r.pool = it->second;
+    if (const std::uint32_t* pool = pool_of(r.model, ev.model_version)) r.pool = *pool;
     r.prompt = ev.prompt_tokens;
     r.cached = ev.cached_tokens;
     r.attempts = ev.attempts;
@@ -82,10 +86,19 @@ class collector final : public actors::stream_target {
 
  private:
   request_record& at(const actors::request_id& id) { return book_.records[id.seq - 1]; }
+  /// The pool index of model@version (null: none here), remembered per pair seen.
+  const std::uint32_t* pool_of(const std::string& model, const std::string& version) {
+    for (const auto& [m, v, idx] : seen_)
+      if (m == model && v == version) return idx;
+    const auto it = pools_.find(model + "@" + version);
+    seen_.emplace_back(model, version, it == pools_.end() ? nullptr : &it->second);
+    return std::get<2>(seen_.back());
+  }
   double now() const { return std::chrono::duration<double>(sched_.clock().now() - start_).count(); }
   run_book& book_;
   std::size_t& region_done_;
   std::map<std::string, std::uint32_t> pools_;
+  std::vector<std::tuple<std::string, std::string, const std::uint32_t*>> seen_;  ///< pool_of()'s answers
   bool closed_ = false;
   caf::scheduler::test_coordinator& sched_;
   clock_point start_;
