@@ -128,7 +128,7 @@ engine_load engine_state::load(int ahead) const {
   return l;
 }
 
-int engine_state::coast_ahead(caf::actor_clock::time_point now) const {
+int engine_state::coast_steps_begun(caf::actor_clock::time_point now) const {
   if (!coasting) return 0;
   const std::size_t begun = coast_steps_ended(now - coast_from) + 1;
   return begun < coast_ends.size() ? static_cast<int>(begun) : 0;
@@ -147,7 +147,7 @@ void engine_state::publish(int ahead) const {
     g.running = core->running();
     g.waiting = core->waiting();
     g.tokens_in_flight = now.tokens_in_flight;
-    g.steps = steps + static_cast<std::uint64_t>(std::max(0, ahead));
+    g.steps = steps + static_cast<std::uint64_t>(ahead);
     g.preemptions = core->preemptions();
     g.kv_blocks_free = now.kv_blocks_free;
     g.kv_blocks_total = pool.capacity();
@@ -460,7 +460,7 @@ caf::behavior serving(stateful* self) {
         // step-by-step running would show now, and the coast runs on uncut (settling it
         // would end it here and plan a new one from the step under way).
         auto& st = self->state;
-        if (const int ahead = st.coast_ahead(self->clock().now()); ahead > 0) {
+        if (const int ahead = st.coast_steps_begun(self->clock().now()); ahead > 0) {
           st.publish(ahead);
           return st.load(ahead);
         }

@@ -114,7 +114,7 @@ struct engine_state {
   ~engine_state();
 
   engine::engine_request to_engine_request(const request& r, engine::seq_id seq) const;
-  /// The engine's figures with `ahead` more steps of its coast applied (see coast_ahead()).
+  /// The engine's figures with `ahead` more steps of its coast applied (see coast_steps_begun()).
   engine_load load(int ahead = 0) const;
   /// Drops every job whose sink is gone, telling their owners; returns how many.
   int cancel_client(caf::event_based_actor* self, const caf::actor_addr& sink);
@@ -130,7 +130,7 @@ struct engine_state {
   /// While coasting: the steps of the coast that step-by-step running would have begun by
   /// `now` (those ended and the one under way), when none of them ends a sequence; else 0.
   /// A coasting engine shows its figures at that many steps on without settling the coast.
-  int coast_ahead(caf::actor_clock::time_point now) const;
+  int coast_steps_begun(caf::actor_clock::time_point now) const;
   static inline const char* name = "kiln.engine";
 };
 

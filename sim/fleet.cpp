@@ -7,7 +7,6 @@
 #include <memory>
 #include <optional>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -88,17 +87,21 @@ class collector final : public actors::stream_target {
   request_record& at(const actors::request_id& id) { return book_.records[id.seq - 1]; }
   /// The pool index of model@version (null: none here), remembered per pair seen.
   const std::uint32_t* pool_of(const std::string& model, const std::string& version) {
-    for (const auto& [m, v, idx] : seen_)
-      if (m == model && v == version) return idx;
+    for (const auto& p : seen_)
+      if (p.model == model && p.version == version) return p.index;
     const auto it = pools_.find(model + "@" + version);
-    seen_.emplace_back(model, version, it == pools_.end() ? nullptr : &it->second);
-    return std::get<2>(seen_.back());
+    seen_.push_back({model, version, it == pools_.end() ? nullptr : &it->second});
+    return seen_.back().index;
   }
   double now() const { return std::chrono::duration<double>(sched_.clock().now() - start_).count(); }
   run_book& book_;
   std::size_t& region_done_;
   std::map<std::string, std::uint32_t> pools_;
-  std::vector<std::tuple<std::string, std::string, const std::uint32_t*>> seen_;  ///< pool_of()'s answers
+  struct seen_pool {
+    std::string model, version;
+    const std::uint32_t* index = nullptr;  ///< into pools_; null: not served here
+  };
+  std::vector<seen_pool> seen_;  ///< pool_of()'s answers
   bool closed_ = false;
   caf::scheduler::test_coordinator& sched_;
   clock_point start_;
