@@ -63,6 +63,11 @@ class kv_block_pool {
   }
   /// Starts loading what lookup(key) reads (see tagged_index::prefetch).
   void prefetch(block_hash key) const { by_key_.prefetch(key); }
+  /// Once prefetch(key)'s slot has come: starts loading the block record that lookup(key)
+  /// checks a match against, so a run of lookups waits for those together too.
+  void prefetch_record(block_hash key) const {
+    if (const auto v = by_key_.candidate(key)) __builtin_prefetch(&meta_[static_cast<std::size_t>(*v)]);
+  }
   bool is_free(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs == 0; }
   int ref_count(block_id b) const { return meta_[static_cast<std::size_t>(b)].refs; }
   std::uint64_t evictions() const { return evictions_; }

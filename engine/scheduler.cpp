@@ -269,6 +269,7 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
       keys.push_back(parent);
       pool_.prefetch(parent);
     }
+    for (int i = from; i < to; ++i) pool_.prefetch_record(keys[static_cast<std::size_t>(i)]);
     for (int i = from; i < to; ++i) {
       const auto hit = pool_.lookup(keys[static_cast<std::size_t>(i)]);
       if (!hit) break;

@@ -58,6 +58,17 @@ class tagged_index {
     return true;
   }
 
+  /// The value of the first entry whose tag is `key`'s, unconfirmed: the one find() would
+  /// check first. For loading ahead what that check reads.
+  std::optional<std::int32_t> candidate(std::uint64_t key) const {
+    const std::uint32_t tag = tag_of(key);
+    for (std::size_t i = home(tag);; i = (i + 1) & mask_) {
+      const slot& s = slots_[i];
+      if (s.value == kEmpty) return std::nullopt;
+      if (s.tag == tag) return s.value;
+    }
+  }
+
   /// Starts loading the slot where `key`'s probe begins, so a batch of operations waits for
   /// its cache misses together rather than one after another.
   void prefetch(std::uint64_t key) const { __builtin_prefetch(&slots_[home(tag_of(key))], 1); }

@@ -52,6 +52,10 @@ TEST_CASE("tagged index: the same answers as a hash map, keys with equal tags to
         const auto got = idx.find(key, owner);
         REQUIRE(got.has_value() == (it != ref.end()));
         if (got) CHECK(*got == it->second);
+        // The unconfirmed candidate: there whenever the key is, and of the key's tag.
+        const auto cand = idx.candidate(key);
+        if (got) REQUIRE(cand.has_value());
+        if (cand) CHECK(((owner(*cand) * 0x9E3779B97F4A7C15ull) >> 32) == ((key * 0x9E3779B97F4A7C15ull) >> 32));
       }
     }
     if (op % 1000 == 0) CHECK(idx.size() == ref.size());
