@@ -438,6 +438,12 @@ namespace {
 /// where a run hangs are in a hash index (keyed by the run above, the place and the first
 /// block). A lookup walks runs in order, so the oracle touches
 /// memory once per branch instead of once per block.
+///
+/// A name may stand for several cache blocks (a trace's or a drawn prompt's 512 tokens are 32
+/// blocks of 16), the last of a prompt's names only partly covered by its full cache blocks.
+/// Each place keeps the most cache blocks any prompt through it covered: two prompts that
+/// share d names share min(d x blocks per name, what each covers) cache blocks, so the tree
+/// walks names, not the 32 times as many cache blocks.
 class prompt_tree {
   struct run {
     std::size_t start = 0;  ///< its first name in names_
@@ -452,7 +458,10 @@ class prompt_tree {
   run_keys key_of() const { return {&runs_}; }
 
  public:
-  explicit prompt_tree(std::size_t expected_blocks) : branches_(1u << 12) { names_.reserve(expected_blocks); }
+  explicit prompt_tree(std::size_t expected_names) : branches_(1u << 12) {
+    names_.reserve(expected_names);
+    cover_.reserve(expected_names);
+  }
 
   /// The run of a team's prompts (an empty run: every prompt of the team hangs from it).
   std::int32_t root(std::uint64_t team) {
@@ -461,30 +470,38 @@ class prompt_tree {
     return add_run(key, 0);
   }
 
-  /// How many of `blocks` (in order) an earlier prompt began with; adds the rest.
-  std::size_t match_and_add(std::int32_t at, std::span<const std::uint64_t> blocks) {
+  /// A prompt of `names`, each standing for `per` cache blocks, whose full cache blocks are
+  /// the first `covered`: how many of those an earlier prompt began with. Adds the prompt.
+  std::size_t match_and_add(std::int32_t at, std::span<const std::uint64_t> names, std::size_t per, std::size_t covered) {
     std::size_t pos = runs_[static_cast<std::size_t>(at)].len;  // at the root: its end
-    std::size_t i = 0;
-    while (i < blocks.size()) {
+    std::size_t i = 0, known = 0;
+    // The i-th name matched, at names_[place]: the prompts through it share i of its names.
+    auto pass = [&](std::size_t place) {
+      ++i;
+      known = std::max(known, std::min({i * per, static_cast<std::size_t>(cover_[place]), covered}));
+      cover_[place] = std::max(cover_[place], static_cast<std::uint32_t>(covered));
+    };
+    while (i < names.size()) {
       const run& r = runs_[static_cast<std::size_t>(at)];
-      if (pos < r.len && names_[r.start + pos] == blocks[i]) {
+      if (pos < r.len && names_[r.start + pos] == names[i]) {
+        pass(r.start + pos);
         ++pos;
-        ++i;
         continue;
       }
-      // The run ends or turns elsewhere here: a run hung here beginning with this block?
-      const auto child = branches_.find(branch_key(at, pos, blocks[i]), key_of());
+      // The run ends or turns elsewhere here: a run hung here beginning with this name?
+      const auto child = branches_.find(branch_key(at, pos, names[i]), key_of());
       if (!child) break;
       at = *child;
+      pass(runs_[static_cast<std::size_t>(at)].start);
       pos = 1;
-      ++i;
     }
-    if (i < blocks.size()) {
-      // Leaves the tree here: the rest becomes a run hung at (at, pos) under its first block.
-      add_run(branch_key(at, pos, blocks[i]), blocks.size() - i);
-      names_.insert(names_.end(), blocks.begin() + static_cast<long>(i), blocks.end());
+    if (i < names.size()) {
+      // Leaves the tree here: the rest becomes a run hung at (at, pos) under its first name.
+      add_run(branch_key(at, pos, names[i]), names.size() - i);
+      names_.insert(names_.end(), names.begin() + static_cast<long>(i), names.end());
+      cover_.resize(names_.size(), static_cast<std::uint32_t>(covered));
     }
-    return i;
+    return known;
   }
 
  private:
@@ -499,6 +516,7 @@ class prompt_tree {
   }
 
   std::vector<std::uint64_t> names_;
+  std::vector<std::uint32_t> cover_;  ///< per place in names_: the most cache blocks a prompt through it covered
   std::vector<run> runs_;
   engine::tagged_index branches_;
 };
@@ -509,15 +527,19 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
   oracle_result r;
   const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
   std::size_t expected = 0;
-  for (const auto i : which) expected += static_cast<std::size_t>(std::max(0, arrivals[i].prompt_tokens)) / bs;
+  for (const auto i : which) {
+    const arrival& a = arrivals[i];
+    expected += std::max(1, a.block_tokens) % static_cast<int>(bs) == 0 ? block_count(a)
+                                                                          : static_cast<std::size_t>(std::max(0, a.prompt_tokens)) / bs;
+  }
   prompt_tree tree(expected);
   std::vector<std::uint64_t> names, made;
   for (const auto i : which) {
     const arrival& a = arrivals[i];
     const auto n = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
     r.prompt_tokens += static_cast<std::int64_t>(n);
-    // A block's tokens are a function of its hash, so a cache block inside a trace block is
-    // named by the pair; only a prompt longer than its blocks needs its tokens.
+    // A block's tokens are a function of its hash, so a trace block names the cache blocks
+    // inside it; only a prompt longer than its blocks needs its tokens.
     const auto per = static_cast<std::size_t>(std::max(1, a.block_tokens));
     const bool by_hash = per % bs == 0 && n <= block_count(a) * per;
     const std::vector<std::int32_t> tokens = by_hash ? std::vector<std::int32_t>{} : prompt_of(a, vocab);
@@ -525,18 +547,20 @@ oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const st
     const std::vector<std::uint64_t>& blocks = a.drawn ? made : a.blocks;
     // Full blocks only; the engines keep each team's prefix cache apart (no cross-tenant
     // hits): so does the oracle.
-    names.clear();
     const std::size_t full = n / bs;
     std::span<const std::uint64_t> named;
-    if (by_hash && per == bs) {
-      named = std::span<const std::uint64_t>(blocks).first(full);  // a block is a cache block: its own name
+    std::size_t per_name = 1;  // cache blocks a name stands for
+    if (by_hash) {
+      per_name = per / bs;
+      named = std::span<const std::uint64_t>(blocks).first(std::min(blocks.size(), (full + per_name - 1) / per_name));
     } else {
+      names.clear();
       for (std::size_t off = 0; off + bs <= n; off += bs)
-        names.push_back(by_hash ? mix(blocks[off / per], (off % per) / bs)
-                                : XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
+        names.push_back(XXH3_64bits(tokens.data() + off, bs * sizeof(std::int32_t)));
       named = names;
     }
-    const std::size_t known = tree.match_and_add(tree.root(hash_of(a.team)), named);
+    // Names of another size are another tree (they never name the same tokens).
+    const std::size_t known = tree.match_and_add(tree.root(mix(hash_of(a.team), per_name)), named, per_name, full);
     // Never the whole prompt: its last token is always computed.
     const std::size_t usable = n == 0 ? 0 : (n - 1) / bs;
     r.reusable_tokens += static_cast<std::int64_t>(std::min(known, usable) * bs);

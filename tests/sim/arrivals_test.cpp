@@ -298,6 +298,40 @@ TEST_CASE("arrivals: the oracle finds prefixes that branch inside an earlier pro
   CHECK(oracle_hit_rate(rnd, 16, 32000).reusable_tokens == expected);
 }
 
+TEST_CASE("arrivals: the oracle over names that stand for several cache blocks, partly covered, as over the cache blocks") {
+  // Names of 64 tokens (4 cache blocks of 16); prompts end anywhere inside their last name,
+  // so two prompts that share a name share only the cache blocks both cover.
+  std::uint64_t x = 11;
+  auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull; };
+  std::vector<arrival> v;
+  for (int i = 0; i < 600; ++i) {
+    arrival a;
+    a.team = next() >> 63 ? "t" : "u";
+    a.block_tokens = 64;
+    const int len = 1 + static_cast<int>(next() >> 62);  // 1..4 names
+    for (int k = 0; k < len; ++k) a.blocks.push_back((next() >> 62) + (k > 1 ? next() % 2 : 0));  // few names: many shared
+    a.prompt_tokens = (len - 1) * 64 + 1 + static_cast<int>(next() % 64);  // 1..64 tokens of the last name
+    v.push_back(std::move(a));
+  }
+  // Brute force: every cache-block prefix seen, a cache block named by (name, its place inside).
+  std::set<std::pair<std::string, std::vector<std::uint64_t>>> seen;
+  std::int64_t expected = 0;
+  for (const auto& a : v) {
+    std::vector<std::uint64_t> cache_blocks;
+    for (int j = 0; j < a.prompt_tokens / 16; ++j) cache_blocks.push_back(a.blocks[static_cast<std::size_t>(j / 4)] * 8 + static_cast<std::uint64_t>(j % 4));
+    std::size_t known = 0;
+    while (known < cache_blocks.size() &&
+           seen.count({a.team, std::vector<std::uint64_t>(cache_blocks.begin(), cache_blocks.begin() + static_cast<long>(known) + 1)}))
+      ++known;
+    const std::size_t usable = static_cast<std::size_t>(a.prompt_tokens - 1) / 16;  // the last token is always computed
+    expected += static_cast<std::int64_t>(std::min(known, usable)) * 16;
+    for (std::size_t k = 1; k <= cache_blocks.size(); ++k)
+      seen.insert({a.team, std::vector<std::uint64_t>(cache_blocks.begin(), cache_blocks.begin() + static_cast<long>(k))});
+  }
+  CHECK(expected > 0);
+  CHECK(oracle_hit_rate(v, 16, 32000).reusable_tokens == expected);
+}
+
 TEST_CASE("arrivals: the oracle shared by threads, a team at a time, sums to the one-thread figure") {
   std::uint64_t x = 11;
   auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull; };
