@@ -6,9 +6,8 @@
 // executor ran. Pure bookkeeping: it never calls an executor.
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <unordered_map>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
