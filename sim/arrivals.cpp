@@ -439,11 +439,12 @@ namespace {
 /// block). A lookup walks runs in order, so the oracle touches
 /// memory once per branch instead of once per block.
 ///
-/// A name may stand for several cache blocks (a trace's or a drawn prompt's 512 tokens are 32
-/// blocks of 16), the last of a prompt's names only partly covered by its full cache blocks.
-/// Each place keeps the most cache blocks any prompt through it covered: two prompts that
-/// share d names share min(d x blocks per name, what each covers) cache blocks, so the tree
-/// walks names, not the 32 times as many cache blocks.
+/// A name may stand for several cache blocks (a trace's 512 tokens are 32 blocks of 16), the
+/// last of a prompt's names only partly covered by its full cache blocks. Each place of such
+/// names keeps the most cache blocks any prompt through it covered: two prompts that share d
+/// names share min(d x blocks per name, what each covers) cache blocks, so the tree walks
+/// names, not the 32 times as many cache blocks. (A name of one cache block, as a synthetic
+/// prompt's, is always covered whole: its places keep no count.)
 class prompt_tree {
   struct run {
     std::size_t start = 0;  ///< its first name in names_
@@ -476,8 +477,12 @@ class prompt_tree {
     std::size_t pos = runs_[static_cast<std::size_t>(at)].len;  // at the root: its end
     std::size_t i = 0, known = 0;
     // The i-th name matched, at names_[place]: the prompts through it share i of its names.
+    // A name of one cache block is covered by every prompt that holds it (a prompt's names
+    // are its full blocks), so then the names matched are the blocks known, and no place
+    // keeps a count.
     auto pass = [&](std::size_t place) {
       ++i;
+      if (per == 1) return;
       known = std::max(known, std::min({i * per, static_cast<std::size_t>(cover_[place]), covered}));
       cover_[place] = std::max(cover_[place], static_cast<std::uint32_t>(covered));
     };
@@ -495,11 +500,13 @@ class prompt_tree {
       pass(runs_[static_cast<std::size_t>(at)].start);
       pos = 1;
     }
+    if (per == 1) known = std::min(i, covered);
     if (i < names.size()) {
       // Leaves the tree here: the rest becomes a run hung at (at, pos) under its first name.
       add_run(branch_key(at, pos, names[i]), names.size() - i);
       names_.insert(names_.end(), names.begin() + static_cast<long>(i), names.end());
-      cover_.resize(names_.size(), static_cast<std::uint32_t>(covered));
+      // (Places of one-block names, under roots of their own, are never read here.)
+      if (per != 1) cover_.resize(names_.size(), static_cast<std::uint32_t>(covered));
     }
     return known;
   }
@@ -516,7 +523,9 @@ class prompt_tree {
   }
 
   std::vector<std::uint64_t> names_;
-  std::vector<std::uint32_t> cover_;  ///< per place in names_: the most cache blocks a prompt through it covered
+  /// Per place in names_ (up to the last one of names of several cache blocks): the most cache
+  /// blocks a prompt through it covered.
+  std::vector<std::uint32_t> cover_;
   std::vector<run> runs_;
   engine::tagged_index branches_;
 };

@@ -330,6 +330,24 @@ TEST_CASE("arrivals: the oracle over names that stand for several cache blocks, 
   }
   CHECK(expected > 0);
   CHECK(oracle_hit_rate(v, 16, 32000).reusable_tokens == expected);
+
+  // The same teams' prompts of one-block names in between (the places of which keep no
+  // counts): names of another size never name the same tokens, so the figure is the sum of
+  // each kind's alone.
+  std::vector<arrival> fine, mixed;
+  for (int i = 0; i < 600; ++i) {
+    arrival a;
+    a.team = next() >> 63 ? "t" : "u";
+    const int len = 1 + static_cast<int>(next() >> 61);  // 1..8 blocks
+    for (int k = 0; k < len; ++k) a.blocks.push_back((next() >> 62) + (k > 3 ? next() % 3 : 0));
+    a.prompt_tokens = len * 16 + static_cast<int>(next() % 2);  // the last block full, or one token past it
+    fine.push_back(a);
+    mixed.push_back(v[static_cast<std::size_t>(i)]);
+    mixed.push_back(std::move(a));
+  }
+  const std::int64_t fine_alone = oracle_hit_rate(fine, 16, 32000).reusable_tokens;
+  CHECK(fine_alone > 0);
+  CHECK(oracle_hit_rate(mixed, 16, 32000).reusable_tokens == expected + fine_alone);
 }
 
 TEST_CASE("arrivals: the oracle shared by threads, a team at a time, sums to the one-thread figure") {
