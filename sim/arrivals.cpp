@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <span>
 
@@ -530,9 +531,62 @@ class prompt_tree {
   engine::tagged_index branches_;
 };
 
+/// The oracle over some synthetic prompts of one team, in the order they were drawn, without
+/// a tree: such a prompt shares names with an earlier one only in its team's system prompt
+/// and, down its conversation, as far as each turn kept the turn before (every other name is
+/// drawn once). Empty where that does not hold of `which`: some arrival is not a drawn
+/// prompt of one book, its names are not single cache blocks, or the order is not the draws'.
+std::optional<oracle_result> drawn_oracle(const std::vector<arrival>& arrivals, std::span<const std::uint32_t> which,
+                                          int block_size) {
+  if (which.empty()) return std::nullopt;
+  const drawn_prompts* book = arrivals[which.front()].drawn.get();
+  if (!book) return std::nullopt;
+  std::int64_t last = -1;
+  for (const auto i : which) {
+    const arrival& a = arrivals[i];
+    if (a.drawn.get() != book || a.block_tokens != block_size || static_cast<std::int64_t>(a.drawn_at) <= last ||
+        static_cast<std::size_t>(std::max(0, a.prompt_tokens)) > block_count(a) * static_cast<std::size_t>(block_size))
+      return std::nullopt;
+    last = a.drawn_at;
+  }
+  oracle_result r;
+  const auto bs = static_cast<std::uint32_t>(block_size);
+  // Per drawn prompt met so far: how many of its names (its full blocks) the tree would hold.
+  std::vector<std::int32_t> held(book->prompts.size(), -1);
+  std::uint32_t system_held = 0;  // the most system-prompt names one earlier prompt holds
+  for (const auto i : which) {
+    const arrival& a = arrivals[i];
+    const drawn_prompts::prompt& p = book->prompts[a.drawn_at];
+    const auto n = static_cast<std::uint32_t>(std::max(0, a.prompt_tokens));
+    r.prompt_tokens += n;
+    const std::uint32_t mine = std::min(p.size(), n / bs);
+    std::uint32_t known = std::min(p.system, system_held);
+    // Down the conversation: the turn before shares what this one kept of it, the one before
+    // that what both kept, and so on; a turn that was not met adds nothing but its bound.
+    std::uint32_t shared = p.kept;
+    for (std::int32_t k = p.earlier; k >= 0 && shared > known;) {
+      const drawn_prompts::prompt& e = book->prompts[static_cast<std::size_t>(k)];
+      if (held[static_cast<std::size_t>(k)] >= 0)
+        known = std::max(known, std::min(shared, static_cast<std::uint32_t>(held[static_cast<std::size_t>(k)])));
+      shared = std::min(shared, e.kept);
+      k = e.earlier;
+    }
+    known = std::min(known, mine);
+    // Never the whole prompt: its last token is always computed.
+    const std::uint32_t usable = n == 0 ? 0 : (n - 1) / bs;
+    r.reusable_tokens += static_cast<std::int64_t>(std::min(known, usable)) * bs;
+    held[a.drawn_at] = static_cast<std::int32_t>(mine);
+    system_held = std::max(system_held, std::min(p.system, mine));
+  }
+  return r;
+}
+
 /// The oracle over some arrivals of one team, in order (teams share no blocks, so each
 /// team's prefixes are a tree of their own).
-oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const std::uint32_t> which, int block_size, int vocab) {
+oracle_result oracle_of(const std::vector<arrival>& arrivals, std::span<const std::uint32_t> which, int block_size, int vocab,
+                        bool by_tree) {
+  if (!by_tree)
+    if (auto drawn = drawn_oracle(arrivals, which, block_size)) return *drawn;
   oracle_result r;
   const std::size_t bs = static_cast<std::size_t>(std::max(1, block_size));
   std::size_t expected = 0;
@@ -596,7 +650,7 @@ void oracle_work::split() {
 
 void oracle_work::help() {
   std::call_once(split_, [this] { split(); });
-  for (std::size_t k = next_++; k < parts_.size(); k = next_++) results_[k] = oracle_of(arrivals_, parts_[k], block_size_, vocab_);
+  for (std::size_t k = next_++; k < parts_.size(); k = next_++) results_[k] = oracle_of(arrivals_, parts_[k], block_size_, vocab_, by_tree_);
 }
 
 oracle_result oracle_work::result() const {
@@ -608,8 +662,21 @@ oracle_result oracle_work::result() const {
   return sum;
 }
 
-oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab) {
-  oracle_work work(arrivals, block_size, vocab);
+std::optional<oracle_result> drawn_oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size) {
+  std::map<std::string_view, std::vector<std::uint32_t>> teams;  // teams share no blocks
+  for (std::size_t i = 0; i < arrivals.size(); ++i) teams[arrivals[i].team].push_back(static_cast<std::uint32_t>(i));
+  oracle_result sum;
+  for (const auto& [team, which] : teams) {
+    const auto r = drawn_oracle(arrivals, which, block_size);
+    if (!r) return std::nullopt;
+    sum.prompt_tokens += r->prompt_tokens;
+    sum.reusable_tokens += r->reusable_tokens;
+  }
+  return sum;
+}
+
+oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab, bool by_tree) {
+  oracle_work work(arrivals, block_size, vocab, by_tree);
   work.help();
   return work.result();
 }

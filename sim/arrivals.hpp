@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -108,7 +109,13 @@ struct oracle_result {
   std::int64_t reusable_tokens = 0;
   double hit_rate() const { return prompt_tokens > 0 ? static_cast<double>(reusable_tokens) / prompt_tokens : 0; }
 };
-oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab);
+/// Synthetic prompts are counted from how they were drawn, others through a tree of every
+/// prefix seen; `by_tree` takes the tree for all (the tests hold the two to the same count).
+oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size, int vocab, bool by_tree = false);
+
+/// oracle_hit_rate() counted from how synthetic prompts were drawn, the way it takes for them;
+/// empty unless every arrival is a drawn prompt of `block_size`-token names, in the order drawn.
+std::optional<oracle_result> drawn_oracle_hit_rate(const std::vector<arrival>& arrivals, int block_size);
 
 /// oracle_hit_rate() in parts that several threads can share: one part per team (the oracle
 /// keeps teams apart, as the engines do), the largest first. Any thread may help(), and the
@@ -116,8 +123,8 @@ oracle_result oracle_hit_rate(const std::vector<arrival>& arrivals, int block_si
 /// must outlive it.
 class oracle_work {
  public:
-  oracle_work(const std::vector<arrival>& arrivals, int block_size, int vocab)
-      : arrivals_(arrivals), block_size_(block_size), vocab_(vocab) {}
+  oracle_work(const std::vector<arrival>& arrivals, int block_size, int vocab, bool by_tree = false)
+      : arrivals_(arrivals), block_size_(block_size), vocab_(vocab), by_tree_(by_tree) {}
   /// Runs parts no thread has taken until none is left (the first call splits the work).
   void help();
   /// The sum over the parts; complete once every thread that helped has returned.
@@ -127,6 +134,7 @@ class oracle_work {
   void split();
   const std::vector<arrival>& arrivals_;
   int block_size_, vocab_;
+  bool by_tree_;
   std::once_flag split_;
   std::vector<std::vector<std::uint32_t>> parts_;  ///< arrival indices, one team each, in order
   std::vector<oracle_result> results_;

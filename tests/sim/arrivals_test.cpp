@@ -209,6 +209,72 @@ TEST_CASE("arrivals: a synthetic prompt's names, made when asked, follow a conve
   CHECK(drawn.prompt_tokens == explicit_lists.prompt_tokens);
 }
 
+TEST_CASE("arrivals: the oracle counted from how prompts were drawn is the prefix tree's count") {
+  // System prompts longer and shorter than the prompts, one turn to nearly endless
+  // conversations, prompts cut short, and only some requests served (a turn whose earlier
+  // turn never reached an engine): each the tree's figure to the token.
+  int compared = 0;
+  for (const std::uint64_t seed : {1u, 7u}) {
+    for (const int turns : {1, 3, 1000}) {
+      for (const int system : {0, 96, 320, 800}) {
+        for (const int cap : {0, 300}) {
+          arrival_spec s;
+          s.rate = 40;
+          s.duration_s = 60;
+          s.prompt_tokens = 400;
+          s.conversation_turns = turns;
+          s.max_prompt_tokens = cap;
+          s.teams = {{"a", "", 3, kiln::engine::priority::standard, system, 1},
+                     {"b", "", 1, kiln::engine::priority::standard, 48, 1}};
+          const auto v = make(s, seed);
+          REQUIRE(v.size() > 1000);
+          std::vector<arrival> served;  // two of every three, the others never served
+          for (std::size_t i = 0; i < v.size(); ++i)
+            if (i % 3 != 1) served.push_back(v[i]);
+          for (const std::vector<arrival>* set : {&v, static_cast<const std::vector<arrival>*>(&served)}) {
+            const auto drawn = drawn_oracle_hit_rate(*set, 16);
+            REQUIRE(drawn.has_value());
+            const oracle_result tree = oracle_hit_rate(*set, 16, 32000, true);
+            CHECK(drawn->prompt_tokens == tree.prompt_tokens);
+            CHECK(drawn->reusable_tokens == tree.reusable_tokens);
+            CHECK(oracle_hit_rate(*set, 16, 32000).reusable_tokens == tree.reusable_tokens);
+            if (turns > 1 || system > 0) CHECK(tree.reusable_tokens > 0);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared == 2 * 3 * 4 * 2 * 2);
+}
+
+TEST_CASE("arrivals: prompts out of their drawn order, of another block size or listed take the tree") {
+  arrival_spec s;
+  s.rate = 40;
+  s.duration_s = 30;
+  s.prompt_tokens = 400;
+  s.conversation_turns = 3;
+  s.teams = {{"a", "", 1, kiln::engine::priority::standard, 96, 1}};
+  const auto v = make(s);
+  REQUIRE(v.size() > 500);
+  REQUIRE(drawn_oracle_hit_rate(v, 16).has_value());
+  // Reversed, a later turn comes before the turn it extends: the earlier one now matches it.
+  std::vector<arrival> reversed(v.rbegin(), v.rend());
+  CHECK_FALSE(drawn_oracle_hit_rate(reversed, 16).has_value());
+  const oracle_result back = oracle_hit_rate(reversed, 16, 32000);
+  CHECK(back.reusable_tokens == oracle_hit_rate(reversed, 16, 32000, true).reusable_tokens);
+  CHECK(back.reusable_tokens > 0);
+  CHECK_FALSE(drawn_oracle_hit_rate(v, 8).has_value());  // a 16-token name is two cache blocks
+  CHECK(oracle_hit_rate(v, 8, 32000).reusable_tokens == oracle_hit_rate(v, 8, 32000, true).reusable_tokens);
+  std::vector<arrival> listed = v;  // the same prompts as explicit names
+  for (auto& a : listed) {
+    blocks_of(a, a.blocks);
+    a.drawn = nullptr;
+  }
+  CHECK_FALSE(drawn_oracle_hit_rate(listed, 16).has_value());
+  CHECK(oracle_hit_rate(listed, 16, 32000).reusable_tokens == drawn_oracle_hit_rate(v, 16)->reusable_tokens);
+}
+
 TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a block's run starts") {
   // prompt_of writes in wide runs (a vector body and a scalar tail): every length cuts the
   // same tokens, and a block's tokens are the same wherever it sits.
