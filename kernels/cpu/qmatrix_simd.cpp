@@ -8,8 +8,10 @@
 
 #include "kernels/reference/ops.hpp"
 
-// GCC 12's _mm512_reduce_add_* trip its own -Wmaybe-uninitialized.
+// GCC 12's _mm512_reduce_* and _mm512_extractf64x4_pd start from an undefined vector
+// (`__Y = __Y` in its own headers), which trips its -Wuninitialized and -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kiln::kernels::cpu::simd {
 

@@ -199,7 +199,7 @@ TEST_CASE("loading runs off the actor threads: the sim pool serves while a CPU p
   std::string big = cpu_pool("big-chat", root + "/big");
   big.replace(big.find("make_if_absent = \"tiny\""), 23, "make_if_absent = \"100m\"");
   const int port = free_port();
-  kiln_process p(test_config(1) + big, {"", 0, port, ""});
+  kiln_process p(test_config(1) + big, {"", 0, port, "", ""});
   // The front answers at once: /healthz says loading, the loading pool 503 with Retry-After.
   REQUIRE(eventually([&] { return request(port, "GET", "/healthz").status != 0; }, 5s));
   const http_response health = request(port, "GET", "/healthz");

@@ -159,7 +159,7 @@ TEST_CASE("hostile: SIGTERM while clients keep reconnecting: kiln still exits so
 TEST_CASE("hostile: at the descriptor limit the accept loop backs off instead of spinning, and recovers") {
   const std::string log = temp_path("kiln-fd-log");
   // Idle connections keep their descriptors for 10 s: the limit stays reached while we watch.
-  kiln_process p(test_config(1, /*request_timeout_ms=*/10000), {log, /*max_files=*/64, 0, ""});
+  kiln_process p(test_config(1, /*request_timeout_ms=*/10000), {log, /*max_files=*/64, 0, "", ""});
   std::vector<std::unique_ptr<http_conn>> held;
   for (int i = 0; i < 90; ++i) held.push_back(std::make_unique<http_conn>(p.port(), 2000));
   std::this_thread::sleep_for(500ms);
@@ -253,7 +253,7 @@ TEST_CASE("hostile: /healthz answers 503 while draining, and new requests get 50
 TEST_CASE("hostile: the access log keeps the team and token counts of aborted requests") {
   const std::string log = temp_path("kiln-access-log");
   {
-    kiln_process p(test_config(1, 400, 300), {log, 0, 0, ""});
+    kiln_process p(test_config(1, 400, 300), {log, 0, 0, "", ""});
     {
       http_conn c(p.port());
       c.send_raw(make_request("POST", "/v1/chat/completions", chat(2000), kAuth));
@@ -286,7 +286,7 @@ TEST_CASE("hostile: the access log keeps the team and token counts of aborted re
 TEST_CASE("hostile: the access log gives the engine's share of the time to first token") {
   const std::string log = temp_path("kiln-access-ttft");
   {
-    kiln_process p(test_config(1), {log, 0, 0, ""});
+    kiln_process p(test_config(1), {log, 0, 0, "", ""});
     http_conn c(p.port());
     c.send_raw(make_request("POST", "/v1/chat/completions", chat(5), kAuth));
     REQUIRE(c.read_head().status == 200);

@@ -112,8 +112,8 @@ TEST_CASE("worker nodes: a router node's replicas run on its region's workers; a
   const std::string log2 = "/tmp/kiln_worker_test_" + std::to_string(::getpid()) + "_w2.log";
   // Workers first: they dial the router node until it listens; it is ready once its replicas,
   // hosted on them, serve.
-  auto w1 = std::make_unique<kiln_process>(worker_node("a-w1", p1, pr), process_options{log1});
-  auto w2 = std::make_unique<kiln_process>(worker_node("a-w2", p2, pr), process_options{log2});
+  auto w1 = std::make_unique<kiln_process>(worker_node("a-w1", p1, pr), process_options{log1, 0, 0, "", ""});
+  auto w2 = std::make_unique<kiln_process>(worker_node("a-w2", p2, pr), process_options{log2, 0, 0, "", ""});
   kiln_process router(router_node(pr, 4, p1, p2));
   REQUIRE(eventually([&] { return all_serving(router.port(), 4); }, 20s));
   CHECK(eventually([&] { return metric(router.port(), "kiln_pool_ranked_replicas{model=\"chat-7b\",version=\"v1\"}") == 4; }, 3s));
@@ -219,7 +219,7 @@ TEST_CASE("worker nodes: a version registered at run time is pulled from the art
                                       std::to_string(pr) + "\"\nseeds = [\"127.0.0.1:" + std::to_string(p1) + "\"]\n");
   rc = rc.substr(0, rc.find("[cluster]")) + cpu_pool("tiny-chat", root + "/v1") + artifacts + rc.substr(rc.find("[cluster]"));
   const int http = free_port();
-  kiln_process router(rc, process_options{router_log, 0, http});
+  kiln_process router(rc, process_options{router_log, 0, http, "", ""});
   REQUIRE(eventually([&] {
     return slurp(router_log).find("pool tiny-chat@v1: tokenizer and chat template loaded; replicas on worker nodes") !=
            std::string::npos;
