@@ -38,10 +38,27 @@ bool parse_timestamp(std::string_view s, double& out) {
   return true;
 }
 
-bool parse_count(std::string_view s, std::int32_t& out) {
+/// A field as an error shows it: quoted, cut at 40 bytes, anything unprintable as '?'.
+std::string shown(std::string_view s) {
+  std::string out = "'";
+  for (const char c : s.substr(0, 40)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out + (s.size() > 40 ? "...'" : "'");
+}
+
+/// Tokens in one trace request, at most (a Mooncake line's lengths have the same bound).
+constexpr std::int64_t kMaxTraceTokens = 10'000'000;
+
+/// A token count from 0 to kMaxTraceTokens, or why `s` is not one (empty when it is).
+std::string parse_count(std::string_view s, const char* field, std::int32_t& out) {
   while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.remove_suffix(1);
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size() && out >= 0;
+  std::int64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ptr != s.data() + s.size() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
+    return std::string(field) + " " + shown(s) + " is not a whole number";
+  if (r.ec != std::errc() || v < 0 || v > kMaxTraceTokens)
+    return std::string(field) + " " + shown(s) + " is out of range (0 to " + std::to_string(kMaxTraceTokens) + ")";
+  out = static_cast<std::int32_t>(v);
+  return {};
 }
 
 std::variant<std::vector<arrival>, std::string> read_azure(std::istream& in, const std::string& path) {
@@ -57,11 +74,15 @@ std::variant<std::vector<arrival>, std::string> read_azure(std::istream& in, con
     }
     if (line.empty() || line == "\r") continue;
     const auto c1 = line.find(','), c2 = line.find(',', c1 == std::string::npos ? 0 : c1 + 1);
+    if (c1 == std::string::npos || c2 == std::string::npos) return where(path, n) + "expected TIMESTAMP,ContextTokens,GeneratedTokens";
     arrival a;
-    if (c1 == std::string::npos || c2 == std::string::npos || !parse_timestamp(std::string_view(line).substr(0, c1), a.t) ||
-        !parse_count(std::string_view(line).substr(c1 + 1, c2 - c1 - 1), a.prompt_tokens) ||
-        !parse_count(std::string_view(line).substr(c2 + 1), a.output_tokens))
-      return where(path, n) + "expected TIMESTAMP,ContextTokens,GeneratedTokens";
+    if (!parse_timestamp(std::string_view(line).substr(0, c1), a.t))
+      return where(path, n) + "TIMESTAMP " + shown(std::string_view(line).substr(0, c1)) +
+             " is not a date and time like 2023-11-16 18:15:46.68";
+    if (auto e = parse_count(std::string_view(line).substr(c1 + 1, c2 - c1 - 1), "ContextTokens", a.prompt_tokens); !e.empty())
+      return where(path, n) + e;
+    if (auto e = parse_count(std::string_view(line).substr(c2 + 1), "GeneratedTokens", a.output_tokens); !e.empty())
+      return where(path, n) + e;
     if (!out.empty() && a.t < out.back().t) return where(path, n) + "timestamps go backwards";
     out.push_back(std::move(a));
   }
@@ -83,7 +104,7 @@ std::variant<std::vector<arrival>, std::string> read_mooncake(std::istream& in, 
     arrival a;
     a.t = j["timestamp"].get<double>() / 1000.0;
     const double in_len = j["input_length"].get<double>(), out_len = j["output_length"].get<double>();
-    if (!std::isfinite(a.t) || in_len < 0 || out_len < 0 || in_len > 1e7 || out_len > 1e7)
+    if (!std::isfinite(a.t) || in_len < 0 || out_len < 0 || in_len > kMaxTraceTokens || out_len > kMaxTraceTokens)
       return where(path, n) + "lengths and timestamp out of range";
     a.prompt_tokens = static_cast<std::int32_t>(in_len);
     a.output_tokens = static_cast<std::int32_t>(out_len);

@@ -529,6 +529,29 @@ TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines nam
   CHECK(std::get<std::string>(read_trace(temp_file("x.txt", "1\n"))).find("unknown trace format") != std::string::npos);
 }
 
+TEST_CASE("arrivals: an Azure trace line's bad field is named, with its value, and counts are bounded like Mooncake's") {
+  const std::string head = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+  for (const auto& [name, row, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"c1.csv", "2023-11-16 18:15:46.6,-3,1", ":2: ContextTokens '-3' is out of range (0 to 10000000)"},
+           {"c2.csv", "2023-11-16 18:15:46.6,10000001,1", ":2: ContextTokens '10000001' is out of range"},
+           {"c3.csv", "2023-11-16 18:15:46.6,5,99999999999999999999999", ":2: GeneratedTokens '99999999999999999999999' is out of range"},
+           {"c4.csv", "2023-11-16 18:15:46.6,5,x1", ":2: GeneratedTokens 'x1' is not a whole number"},
+           {"c5.csv", "2023-11-16 18:15:46.6,,1", ":2: ContextTokens '' is not a whole number"},
+           {"c6.csv", "2023-13-16 18:15:46.6,5,1", ":2: TIMESTAMP '2023-13-16 18:15:46.6' is not a date and time"},
+           {"c7.csv", std::string("\x01\xff") + std::string(50, 'z') + ",5,1", ":2: TIMESTAMP '??" + std::string(38, 'z') + "...'"},
+           {"c8.csv", "2023-11-16 18:15:46.6;5;1", ":2: expected TIMESTAMP,ContextTokens,GeneratedTokens"}}) {
+    CAPTURE(name);
+    auto bad = read_trace(temp_file(name, head + row + "\n"));
+    REQUIRE(std::holds_alternative<std::string>(bad));
+    CHECK(std::get<std::string>(bad).find(says) != std::string::npos);
+  }
+  // Exactly at the bound, both counts: read.
+  auto at = read_trace(temp_file("c9.csv", head + "2023-11-16 18:15:46.6,10000000,10000000\r\n"));
+  REQUIRE(std::holds_alternative<std::vector<arrival>>(at));
+  CHECK(std::get<std::vector<arrival>>(at).front().prompt_tokens == 10000000);
+  CHECK(std::get<std::vector<arrival>>(at).front().output_tokens == 10000000);
+}
+
 TEST_CASE("arrivals: a run whose prompts would not fit is refused before its prompts are made, at the limit and past it") {
   // A trace: 200 prompts of 10 million tokens are exactly the limit; one token more is not.
   std::string at_limit;
