@@ -41,6 +41,13 @@ std::string temp_file(const std::string& name, const std::string& text) {
   return p.string();
 }
 
+/// What read_trace says of a trace file holding `text` (a failed check when it reads it).
+std::string trace_error(const std::string& name, const std::string& text) {
+  auto read = read_trace(temp_file(name, text));
+  REQUIRE(std::holds_alternative<std::string>(read));
+  return std::get<std::string>(read);
+}
+
 const std::string kTraces = std::string(KILN_SOURCE_DIR) + "/../shared/data/traces/";
 
 }  // namespace
@@ -521,9 +528,7 @@ TEST_CASE("traces: Azure CSV and Mooncake JSONL, scaled to a rate; bad lines nam
            {"b5.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{oops\n", ":2:"},
            {"b6.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [\"x\"]}\n", ":1:"}}) {
     CAPTURE(name);
-    auto bad = read_trace(temp_file(name, text));
-    REQUIRE(std::holds_alternative<std::string>(bad));
-    CHECK(std::get<std::string>(bad).find(line) != std::string::npos);
+    CHECK(trace_error(name, text).find(line) != std::string::npos);
   }
   CHECK(std::holds_alternative<std::string>(read_trace("/nonexistent/t.csv")));
   CHECK(std::get<std::string>(read_trace(temp_file("x.txt", "1\n"))).find("unknown trace format") != std::string::npos);
@@ -541,9 +546,7 @@ TEST_CASE("arrivals: an Azure trace line's bad field is named, with its value, a
            {"c7.csv", std::string("\x01\xff") + std::string(50, 'z') + ",5,1", ":2: TIMESTAMP '??" + std::string(38, 'z') + "...'"},
            {"c8.csv", "2023-11-16 18:15:46.6;5;1", ":2: expected TIMESTAMP,ContextTokens,GeneratedTokens"}}) {
     CAPTURE(name);
-    auto bad = read_trace(temp_file(name, head + row + "\n"));
-    REQUIRE(std::holds_alternative<std::string>(bad));
-    CHECK(std::get<std::string>(bad).find(says) != std::string::npos);
+    CHECK(trace_error(name, head + row + "\n").find(says) != std::string::npos);
   }
   // Exactly at the bound, both counts: read.
   auto at = read_trace(temp_file("c9.csv", head + "2023-11-16 18:15:46.6,10000000,10000000\r\n"));
