@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return v.empty() ? 2 : 0;
   }
+  // `kiln COMMAND --help`: the usage, not an unknown option (ops lists its own commands).
+  if (v.size() >= 2 && (v[1] == "--help" || v[1] == "-h")) {
+    if (v[0] == "ops") return kiln::cluster::run_ops({"help"}, std::cout, std::cerr);
+    std::cout << kUsage;
+    return 0;
+  }
   args a;
   std::string err;
   if (v[0] == "serve") {

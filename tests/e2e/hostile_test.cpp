@@ -334,6 +334,22 @@ TEST_CASE("hostile: kiln serve refuses a flag without a value or with an empty o
   CHECK(out.find("make-tiny-model needs a directory") != std::string::npos);
 }
 
+TEST_CASE("hostile: kiln COMMAND --help prints the usage and succeeds, without running the command") {
+  for (const char* cmd : {"serve", "sim", "plan", "chaos", "tokenize", "make-tiny-model", "config"}) {
+    CAPTURE(cmd);
+    // Bounded: a regression would take --help for an option and start serving.
+    const auto [status, out] = run_command("timeout 10 " + std::string(kiln_binary()) + " " + cmd + " --help");
+    CHECK(status == 0);
+    CHECK(out.find("kiln sim SCENARIO.toml") != std::string::npos);
+    CHECK(out.find("serving on") == std::string::npos);
+  }
+  const auto [status, out] = run_command(std::string(kiln_binary()) + " ops -h");
+  CHECK(status == 0);
+  CHECK(out.find("usage: kiln ops") != std::string::npos);
+  const auto [bad_status, bad] = run_command(std::string(kiln_binary()) + " sim --helpful");
+  CHECK(bad_status == 2);
+}
+
 TEST_CASE("hostile: /metrics passes promtool check metrics") {
   if (::access("/usr/bin/promtool", X_OK) != 0) {
     MESSAGE("skipped: promtool not installed (Debian package prometheus)");
