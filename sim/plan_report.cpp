@@ -252,7 +252,7 @@ int run_plan(int argc, const char* const* argv, std::string& out, std::string& e
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n < 1 || n > 1024) {
-        err = "--tp must be a whole number from 1, got '" + v + "'";
+        err = "--tp must be a whole number from 1 to 1024, got '" + v + "'";
         return 2;
       }
       tp = static_cast<int>(n);

@@ -47,7 +47,7 @@ int run_sim(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     double n = 0;
     if (f == "--seed") {
       if (!parse_number(v, n) || n < 1 || n > 9e15 || n != std::floor(n)) {
-        err << "kiln: --seed must be a whole number from 1, got '" << v << "'\n";
+        err << "kiln: --seed must be a whole number from 1 to 9000000000000000, got '" << v << "'\n";
         return 2;
       }
       o.seed = static_cast<std::uint64_t>(n);

@@ -147,8 +147,13 @@ TEST_CASE("plan: the assumptions file, its errors, and the flags") {
   const char* tp4[] = {"--tp", "4"};
   REQUIRE(run_plan(2, tp4, out, err) == 0);
   CHECK(out.find("TP=4") != std::string::npos);
-  const char* badtp[] = {"--tp", "0"};
-  CHECK(run_plan(2, badtp, out, err) == 2);
+  for (const char* n : {"0", "1025", "-2", "4x"}) {  // 1024 is the most it takes
+    const char* badtp[] = {"--tp", n};
+    CHECK(run_plan(2, badtp, out, err) == 2);
+    CHECK(err == std::string("--tp must be a whole number from 1 to 1024, got '") + n + "'");
+  }
+  const char* most[] = {"--tp", "1024"};
+  CHECK(run_plan(2, most, out, err) == 1);  // read, then refused by the shape: not a flag error
   const char* toobig[] = {"--tp", "16"};
   CHECK(run_plan(2, toobig, out, err) == 1);
   CHECK(err.find("tensor_parallel") != std::string::npos);

@@ -268,6 +268,11 @@ TEST_CASE("kiln sim: the command writes the reports; bad arguments and files are
     CHECK(run_sim(args, o, e) == 2);
     CHECK(!e.str().empty());
   }
+  for (const char* seed : {"0", "9000000000000001", "1.5"}) {  // from 1 to 9e15, whole
+    std::ostringstream o, e;
+    CHECK(run_sim({file.string(), "--seed", seed}, o, e) == 2);
+    CHECK(e.str() == std::string("kiln: --seed must be a whole number from 1 to 9000000000000000, got '") + seed + "'\n");
+  }
   std::ostringstream o, e;
   CHECK(run_sim({(dir / "none.toml").string()}, o, e) == 1);
   CHECK(run_sim({file.string(), "--out", (dir / "o2").string(), "--trace", (dir / "none.csv").string()}, o, e) == 1);
