@@ -9,6 +9,7 @@
 #include "actors/ask.hpp"
 #include "actors/node_supervisor.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -88,8 +89,8 @@ void chaos(front& f, const std::shared_ptr<exchange>& ex) {
   auto bad = [&](const std::string& msg, const std::string& param) {
     ex->respond(400, error_json({400, "invalid_request_error", msg, param, ""}));
   };
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return bad("The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return bad(*why, "");
   actors::chaos_request c;
   const std::string target = body.value("target", json("replica")).is_string() ? body.value("target", "replica") : "";
   const auto t = actors::chaos_target_from(target);

@@ -14,6 +14,7 @@
 #include "actors/rollout.hpp"
 #include "config/artifact_pull.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -69,8 +70,8 @@ json view_json(const actors::rollout_view& v) {
 
 // POST /admin/models/{model}/versions
 void register_version(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   static const char* known[] = {"version", "weights_uri", "weights_hash", "tokenizer_hash", "chat_template",
                                 "precision", "gpus_per_replica", "engine_config"};
   for (const auto& [k, v] : body.items())
@@ -169,8 +170,8 @@ void to_node(front& f, const std::shared_ptr<exchange>& ex, Order o) {
 
 // PUT /admin/models/{model}/rollout {version, stage, percent}
 void rollout(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   for (const auto& [k, v] : body.items())
     if (k != "version" && k != "stage" && k != "percent") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   actors::rollout_order o;
@@ -189,8 +190,8 @@ void rollout(front& f, const std::shared_ptr<exchange>& ex, const std::string& m
 
 // PUT /admin/models/{model}/alias {version}
 void alias(front& f, const std::shared_ptr<exchange>& ex, const std::string& model) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   for (const auto& [k, v] : body.items())
     if (k != "version") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   if (!body.contains("version") || !body["version"].is_string() || !good_name(body["version"].get<std::string>()))

@@ -12,6 +12,7 @@
 #include "actors/node_supervisor.hpp"
 #include "actors/registry_calls.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -47,8 +48,8 @@ bool count_field(const std::shared_ptr<exchange>& ex, const json& body, const ch
 
 void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string& model, const std::string& version) {
   if (!good_name(model) || !good_name(version)) return answer_bad_request(ex, "The model and version must be plain names.", "model");
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   for (const auto& [k, v] : body.items())
     if (k != "min_replicas" && k != "max_replicas" && k != "warm_replicas" && k != "region")
       return answer_bad_request(ex, "Unknown field '" + k + "'.", k);

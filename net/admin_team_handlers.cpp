@@ -10,6 +10,7 @@
 #include "actors/node_supervisor.hpp"
 #include "actors/store_writer.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -43,8 +44,8 @@ bool number(const std::shared_ptr<exchange>& ex, const json& body, const char* n
 }
 
 void put_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string& team) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   for (const auto& [k, v] : body.items())
     if (k != "model" && k != "tokens_per_minute" && k != "burst" && k != "max_concurrency" && k != "guaranteed_share")
       return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
@@ -76,8 +77,8 @@ void get_limits(front& f, const std::shared_ptr<exchange>& ex, const std::string
 }
 
 void create_team(front& f, const std::shared_ptr<exchange>& ex) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   for (const auto& [k, v] : body.items())
     if (k != "team" && k != "name" && k != "max_priority") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
   const std::string team = body.value("team", json("")).is_string() ? body.value("team", "") : "";

@@ -9,6 +9,7 @@
 #include "actors/ask.hpp"
 #include "actors/node_supervisor.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -22,8 +23,8 @@ void upstreams(front& f, const std::shared_ptr<exchange>& ex, const route_params
   c.version = p.get("version");
   c.op = op;
   if (op != actors::upstream_op::list) {
-    const json body = json::parse(ex->request().body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+    json body;
+    if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
     for (const auto& [k, v] : body.items())
       if (k != "url") return answer_bad_request(ex, "Unknown field '" + k + "'.", k);
     if (!body.contains("url") || !body["url"].is_string())

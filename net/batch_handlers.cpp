@@ -15,6 +15,7 @@
 #include "net/batch_lines.hpp"
 #include "net/batch_runner.hpp"
 #include "net/batch_runner_parts.hpp"
+#include "net/json_body.hpp"
 
 namespace kiln::net {
 
@@ -91,8 +92,8 @@ void create(front& f, const std::shared_ptr<exchange>& ex, config::batch_row row
 }
 
 void post_batch(front& f, const std::shared_ptr<exchange>& ex) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   config::batch_row row;
   row.id = "batch_" + random_hex(24);
   row.team = ex->who().team;

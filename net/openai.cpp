@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/json_body.hpp"
+
 namespace kiln::net {
 
 namespace {
@@ -301,10 +303,7 @@ namespace {
 
 // The body as a JSON object, or the error OpenAI gives for anything else.
 std::optional<api_error> parse_object(std::string_view body, json& doc) {
-  doc = json::parse(body, nullptr, false);
-  if (doc.is_discarded())
-    return invalid("We could not parse the JSON body of your request. Expected a JSON object.", "", "invalid_json");
-  if (!doc.is_object()) return invalid("The request body must be a JSON object.", "", "invalid_json");
+  if (auto why = parse_json_object(body, doc)) return invalid(std::move(*why), "", "invalid_json");
   return std::nullopt;
 }
 
@@ -340,6 +339,10 @@ std::variant<completion_params, api_error> parse_completion_request(std::string_
     if (key == "prompt") {
       has_prompt = true;
       // A string, or token ids; a list of one of either (one prompt per request).
+      if (v.is_array() && v.size() > 1 && (v[0].is_string() || v[0].is_array()))
+        return invalid("'prompt' holds " + std::to_string(v.size()) +
+                           " prompts; kiln takes one prompt per request (send each as its own request, or use the batch API).",
+                       "prompt");
       const json& one = v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array()) ? v[0] : v;
       if (one.is_string()) {
         out.prompt_text = one.get<std::string>();

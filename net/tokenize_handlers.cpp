@@ -11,6 +11,7 @@
 #include "actors/node_supervisor.hpp"
 #include "actors/tokenize_call.hpp"
 #include "net/admin_reply.hpp"
+#include "net/json_body.hpp"
 #include "net/openai.hpp"
 
 namespace kiln::net {
@@ -41,8 +42,8 @@ void ask_admission(front& f, const std::shared_ptr<exchange>& ex, actors::tokeni
 
 // {model, prompt} or {model, messages, add_generation_prompt, tools, chat_template_kwargs}.
 void tokenize(front& f, const std::shared_ptr<exchange>& ex) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   if (!body.contains("model") || !body["model"].is_string() || body["model"].get<std::string>().empty())
     return answer_bad_request(ex, "you must provide a model parameter", "model");
   actors::tokenize_request q;
@@ -77,8 +78,8 @@ void tokenize(front& f, const std::shared_ptr<exchange>& ex) {
 
 // {model, tokens}
 void detokenize(front& f, const std::shared_ptr<exchange>& ex) {
-  const json body = json::parse(ex->request().body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return answer_bad_request(ex, "The body must be a JSON object.", "");
+  json body;
+  if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
   if (!body.contains("model") || !body["model"].is_string() || body["model"].get<std::string>().empty())
     return answer_bad_request(ex, "you must provide a model parameter", "model");
   if (!body.contains("tokens") || !body["tokens"].is_array())

@@ -79,7 +79,13 @@ TEST_CASE("e2e openai: include_usage false leaves out the usage chunk; structure
   CHECK(request(p.port(), "POST", "/tokenize", R"({"model":"nope","prompt":"a"})", kAuth).status == 404);
   CHECK(request(p.port(), "POST", "/tokenize", R"({"model":"chat-7b","prompt":"a","messages":[]})", kAuth).status == 400);
   CHECK(request(p.port(), "POST", "/detokenize", R"({"model":"chat-7b","tokens":[1.5]})", kAuth).status == 400);
-  CHECK(request(p.port(), "POST", "/tokenize", "{", kAuth).status == 400);
+  const auto broken = request(p.port(), "POST", "/tokenize", "{\"model\":\"chat-7b\",}", kAuth);
+  CHECK(broken.status == 400);
+  CHECK(json::parse(broken.body)["error"]["message"] ==
+        "We could not parse the JSON body of your request: syntax error while parsing object key - unexpected '}'; "
+        "expected string literal (line 1, column 20).");
+  CHECK(json::parse(request(p.port(), "POST", "/detokenize", "[1]", kAuth).body)["error"]["message"] ==
+        "The request body must be a JSON object.");
 }
 
 TEST_CASE("e2e openai: tools, tool calls and template variables reach a real template; /tokenize shows the prompt served") {

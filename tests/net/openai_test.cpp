@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/json_body.hpp"
 #include "net/openai.hpp"
 #include "net/sse.hpp"
 
@@ -75,6 +76,50 @@ TEST_CASE("openai: invalid requests name the parameter") {
     if (!r.code.empty()) CHECK(e.code == r.code);
     CHECK_FALSE(e.message.empty());
   }
+}
+
+TEST_CASE("openai: a body that is not JSON says why and where, without echoing its bytes") {
+  struct row {
+    std::string body;
+    std::string says;
+  };
+  const row table[] = {
+      {"{", "unexpected end of input"},
+      {"{\"model\":\"m\",}", "expected string literal (line 1, column 14)"},
+      {"{\"model\":\"\xff\xfe\"}", "ill-formed UTF-8"},
+      {"{\"max_tokens\":1e400}", "number overflow"},
+      {"", "unexpected end of input"},
+  };
+  auto check = [](const api_error& e, const std::string& says) {
+    CHECK(e.code == "invalid_json");
+    CHECK(e.message.starts_with("We could not parse the JSON body of your request: "));
+    CHECK(e.message.find(says) != std::string::npos);
+    CHECK(e.message.find("json.exception") == std::string::npos);
+    CHECK(e.message.find("last read") == std::string::npos);
+    CHECK(e.message.find('\xff') == std::string::npos);
+  };
+  for (const auto& r : table) {
+    CAPTURE(r.body);
+    auto chat = parse_chat_request(r.body);
+    REQUIRE(std::holds_alternative<api_error>(chat));
+    check(std::get<api_error>(chat), r.says);
+    auto text = parse_completion_request(r.body);
+    REQUIRE(std::holds_alternative<api_error>(text));
+    check(std::get<api_error>(text), r.says);
+  }
+  // The same reading for every call that takes a JSON object (admin calls use plain JSON).
+  nlohmann::json plain;
+  CHECK_FALSE(parse_json_object(R"({"b":1,"a":[2]})", plain).has_value());
+  CHECK(plain["a"][0] == 2);
+  CHECK(parse_json_object("{\"a\":tru}", plain).value().find("invalid literal (line 1, column 9)") != std::string::npos);
+  CHECK(parse_json_object("\"text\"", plain) == "The request body must be a JSON object.");
+  nlohmann::ordered_json ordered;
+  REQUIRE_FALSE(parse_json_object(R"({"b":1,"a":2})", ordered).has_value());
+  CHECK(ordered.begin().key() == "b");  // the client's order kept
+  // Valid JSON that is not an object keeps its own message.
+  auto list = parse_chat_request("[1,2]");
+  REQUIRE(std::holds_alternative<api_error>(list));
+  CHECK(std::get<api_error>(list).message == "The request body must be a JSON object.");
 }
 
 TEST_CASE("openai: a valid request with every supported field") {
@@ -152,6 +197,18 @@ TEST_CASE("openai: /v1/completions requests: a text or token-id prompt, echo, an
     REQUIRE(std::holds_alternative<api_error>(r));
     CHECK(std::get<api_error>(r).param == b.param);
   }
+  // Several prompts (texts or token-id lists) are named as such, not as bad token ids.
+  for (const char* body : {R"({"model":"m","prompt":["a","b"]})", R"({"model":"m","prompt":[[1,2],[3]]})",
+                           R"({"model":"m","prompt":[[1],"b",[2]]})"}) {
+    CAPTURE(body);
+    auto r = parse_completion_request(body);
+    REQUIRE(std::holds_alternative<api_error>(r));
+    CHECK(std::get<api_error>(r).message.find("one prompt per request") != std::string::npos);
+    CHECK(std::get<api_error>(r).message.find(" prompts;") != std::string::npos);
+  }
+  auto mixed = parse_completion_request(R"({"model":"m","prompt":[1,"b"]})");  // one list, a text inside
+  REQUIRE(std::holds_alternative<api_error>(mixed));
+  CHECK(std::get<api_error>(mixed).message.find("token ids must be integers") != std::string::npos);
 }
 
 TEST_CASE("openai: text completion shapes") {
