@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
@@ -145,13 +146,44 @@ std::variant<std::vector<arrival>, std::string> from_capture(const std::string& 
 
 }  // namespace
 
+namespace {
+
+enum class trace_kind { unknown, azure, mooncake, capture };
+
+// A file named otherwise (a capture saved as .msgpack, a trace as .txt) by its first bytes: a
+// capture opens with a msgpack map, a Mooncake line with '{', an Azure CSV with its header.
+trace_kind sniff(std::istream& in) {
+  char head[16] = {};
+  in.read(head, sizeof head);
+  const std::string_view got(head, static_cast<std::size_t>(in.gcount()));
+  in.clear();
+  in.seekg(0);
+  if (got.empty()) return trace_kind::unknown;
+  const auto first = static_cast<unsigned char>(got[0]);
+  if ((first >= 0x80 && first <= 0x8f) || first == 0xde || first == 0xdf) return trace_kind::capture;
+  if (first == '{') return trace_kind::mooncake;
+  if (got.starts_with("TIMESTAMP,")) return trace_kind::azure;
+  return trace_kind::unknown;
+}
+
+}  // namespace
+
 std::variant<std::vector<arrival>, std::string> read_trace(const std::string& path) {
   if (path.ends_with(".kcap")) return from_capture(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot read trace " + path;
   if (path.ends_with(".csv")) return read_azure(in, path);
   if (path.ends_with(".jsonl")) return read_mooncake(in, path);
-  return path + ": unknown trace format (.csv Azure, .jsonl Mooncake, .kcap kiln capture)";
+  switch (sniff(in)) {
+    case trace_kind::capture:
+      in.close();
+      return from_capture(path);
+    case trace_kind::mooncake: return read_mooncake(in, path);
+    case trace_kind::azure: return read_azure(in, path);
+    case trace_kind::unknown: break;
+  }
+  return path + ": unknown trace format (.csv Azure, .jsonl Mooncake, .kcap kiln capture; a file named otherwise is "
+                "read by its first bytes, and these match none)";
 }
 
 }  // namespace kiln::sim

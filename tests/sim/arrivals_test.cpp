@@ -697,4 +697,26 @@ TEST_CASE("capture: records round-trip; a torn last record is dropped; garbage i
   REQUIRE(std::holds_alternative<std::vector<arrival>>(replay));
   CHECK(std::get<std::vector<arrival>>(replay)[0].team == "search");
   CHECK(std::get<std::vector<arrival>>(replay)[0].conversation == "conv-1");
+  // Named otherwise, each format is known by its first bytes and read the same.
+  auto same = [](const std::variant<std::vector<arrival>, std::string>& x, const std::variant<std::vector<arrival>, std::string>& y) {
+    REQUIRE(std::holds_alternative<std::vector<arrival>>(x));
+    REQUIRE(std::holds_alternative<std::vector<arrival>>(y));
+    const auto &u = std::get<std::vector<arrival>>(x), &w = std::get<std::vector<arrival>>(y);
+    REQUIRE(u.size() == w.size());
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      CHECK(u[i].t == w[i].t);
+      CHECK(u[i].team == w[i].team);
+      CHECK(u[i].prompt_tokens == w[i].prompt_tokens);
+      CHECK(u[i].blocks == w[i].blocks);
+    }
+  };
+  same(read_trace(temp_file("r.msgpack", bytes)), replay);
+  const std::string jsonl = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [1]}\n";
+  same(read_trace(temp_file("m.txt", jsonl)), read_trace(temp_file("m.jsonl", jsonl)));
+  const std::string csv = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,12,3\n";
+  same(read_trace(temp_file("a.trace", csv)), read_trace(temp_file("a.csv", csv)));
+  // A sniffed file with errors reports them as its format does; bytes that match none say so.
+  CHECK(std::get<std::string>(read_trace(temp_file("bad.txt", "{oops\n"))).find(":1:") != std::string::npos);
+  CHECK(std::get<std::string>(read_trace(temp_file("empty.msgpack", ""))).find("match none") != std::string::npos);
+  CHECK(std::get<std::string>(read_trace(temp_file("g.msgpack", "\x93\x01"))).find("match none") != std::string::npos);
 }
