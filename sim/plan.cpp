@@ -98,6 +98,13 @@ int batch_at_slo(const plan_assumptions& a, int tp) {
 
 namespace {
 
+/// ceil(x) as a count, held at kMaxPlanCount past it (absurd assumptions cannot overflow an int;
+/// the assumptions' check refuses a plan that reaches it).
+int count_up(double x) {
+  if (!(x < kMaxPlanCount)) return kMaxPlanCount;
+  return std::max(0, static_cast<int>(std::ceil(x - 1e-9)));
+}
+
 tp_option option_for(const plan_assumptions& a, int tp) {
   tp_option o;
   o.tp = tp;
@@ -146,9 +153,9 @@ plan_figures derive(const plan_assumptions& a) {
   f.decode_nodes = f.decode_demand / f.node_decode_tokens_per_s;
   f.prefill_nodes = f.prefill_after_cache / f.node_prefill_tokens_per_s;
   f.capacity_nodes = f.decode_nodes + f.prefill_nodes;
-  f.fleet_nodes = static_cast<int>(std::ceil(f.capacity_nodes * a.burst_headroom - 1e-9));
+  f.fleet_nodes = count_up(f.capacity_nodes * a.burst_headroom);
 
-  f.usd_per_hour = f.fleet_nodes * a.gpus_per_node * a.gpu_hour_usd;
+  f.usd_per_hour = static_cast<double>(f.fleet_nodes) * a.gpus_per_node * a.gpu_hour_usd;
   f.usd_per_month = f.usd_per_hour * a.hours_per_month;
   f.output_tokens_per_hour = f.decode_demand * a.average_load * 3600;
   f.input_tokens_per_hour = f.prefill_demand * a.average_load * 3600;
@@ -169,14 +176,14 @@ fleet_figures derive_fleet(const fleet_assumptions& a) {
   f.requests_per_s = f.output_tokens_per_s / a.answer_tokens;
   f.streams_per_replica = a.replica_tokens_per_s / a.stream_tokens_per_s;
   f.kv_bytes_of_streams = std::floor(f.streams_per_replica) * a.stream_context * f.kv_bytes_per_token;
-  f.chat_replicas = static_cast<int>(std::ceil(f.output_tokens_per_s / a.replica_tokens_per_s - 1e-9));
-  f.chat_replicas_at_one_gpu_rate = static_cast<int>(std::ceil(f.output_tokens_per_s / a.one_gpu_tokens_per_s - 1e-9));
+  f.chat_replicas = count_up(f.output_tokens_per_s / a.replica_tokens_per_s);
+  f.chat_replicas_at_one_gpu_rate = count_up(f.output_tokens_per_s / a.one_gpu_tokens_per_s);
   f.prompt_tokens_per_s = f.requests_per_s * a.prompt_tokens;
   f.prefill_after_cache = f.requests_per_s * (a.prompt_tokens - a.prefix_found * a.cached_prefix_tokens);
-  f.reason_replicas = static_cast<int>(
-      std::ceil(a.reason_streams * a.reason_stream_tokens_per_s / a.reason_replica_tokens_per_s - 1e-9));
+  f.reason_replicas = count_up(static_cast<double>(a.reason_streams) * a.reason_stream_tokens_per_s / a.reason_replica_tokens_per_s);
   // Each region carries the whole peak alone.
-  f.gpus = a.regions * (f.chat_replicas + f.reason_replicas * a.reason_gpus_per_replica);
+  f.gpus = count_up(static_cast<double>(a.regions) *
+                    (f.chat_replicas + static_cast<double>(f.reason_replicas) * a.reason_gpus_per_replica));
   f.usd_per_month = f.gpus * a.gpu_hour_usd * a.hours_per_month;
   f.replica_tokens_per_hour = a.replica_tokens_per_s * 3600;
   f.usd_per_million_full = a.gpu_hour_usd / (f.replica_tokens_per_hour / 1e6);

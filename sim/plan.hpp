@@ -115,6 +115,10 @@ struct plan_figures {
   tp_option tp_half, tp_full;  ///< TP = node/2 with two replicas, TP = node with one
 };
 
+/// The most nodes, replicas or GPUs a plan counts: a figure past it is held there, and the
+/// assumptions that lead to it are refused (parse_plan_assumptions).
+inline constexpr int kMaxPlanCount = 1'000'000'000;
+
 plan_figures derive(const plan_assumptions& a);
 decode_step decode_at(const plan_assumptions& a, int batch, int context, int tp);
 prefill_time prefill_at(const plan_assumptions& a, int tokens);

@@ -1,6 +1,8 @@
 // kiln plan against the figures seed 001 and seed 000 derive from their assumptions.
 #include <doctest/doctest.h>
 
+#include <cctype>
+
 #include "sim/plan.hpp"
 
 using namespace kiln::sim;
@@ -174,4 +176,71 @@ TEST_CASE("plan: the assumptions file, its errors, and the flags") {
   }
   const char* missing[] = {"--assumptions", "/nonexistent/plan.toml"};
   CHECK(run_plan(2, missing, out, err) == 1);
+}
+
+TEST_CASE("plan: every number of the assumptions file has a range, each bound taken and one past it refused") {
+  auto read = [](const std::string& text) { return parse_plan_assumptions(text, "r.toml"); };
+  auto refused = [&](const std::string& text, const std::string& says) {
+    CAPTURE(text);
+    auto r = read(text);
+    REQUIRE(std::holds_alternative<std::string>(r));
+    CHECK(std::get<std::string>(r) == "r.toml: " + says);
+  };
+  // Each bound is taken; a step past it is refused, naming the key, the range and the value.
+  struct bound {
+    const char* table;
+    const char* key;
+    const char* lo;
+    const char* below;
+    const char* hi;
+    const char* above;
+    const char* range;
+  };
+  for (const bound& b : {bound{"model", "layers", "1", "0", "10000", "10001", "a whole number from 1 to 10000"},
+                         bound{"traffic", "prefix_hit_rate", "0", "-0.001", "0.999", "1", "a number from 0 to 0.999"},
+                         bound{"slo", "hours_per_month", "1", "0", "744", "745", "a whole number from 1 to 744"},
+                         bound{"fleet", "regions", "1", "0", "1000", "1001", "a whole number from 1 to 1000"},
+                         bound{"fleet", "cold_start_minutes", "0", "-1", "240", "241", "a number from 0 to 240"},
+                         bound{"efficiency", "bandwidth", "0.001", "0.0009", "1", "1.01", "a number from 0.001 to 1"}}) {
+    const std::string head = std::string("[") + b.table + "]\n" + b.key + " = ";
+    CHECK(std::holds_alternative<plan_input>(read(head + b.lo + "\n")));
+    CHECK(std::holds_alternative<plan_input>(read(head + b.hi + "\n")));
+    refused(head + b.below + "\n", std::string(b.table) + "." + b.key + " must be " + b.range + " (got " + b.below + ")");
+    refused(head + b.above + "\n", std::string(b.table) + "." + b.key + " must be " + b.range + " (got " + b.above + ")");
+  }
+  // A count is whole; a value too large for any count (once an int's overflow) is refused.
+  refused("[node]\ngpus = 2.5\n", "node.gpus must be a whole number from 1 to 1024 (got 2.5)");
+  refused("[model]\nd_model = 1e30\n", "model.d_model must be a whole number from 1 to 1048576 (got 1e+30)");
+  refused("[model]\nheads = true\n", "model.heads must be a whole number from 1 to 65536");
+  refused("[traffic]\ninput_tokens = nan\n", "traffic.input_tokens must be a number from 1 to 10000000 (got nan)");
+  // What the figures need of each other.
+  refused("[node]\nhbm_gb_per_gpu = 10\n",
+          "the weights (140.0 GB on the node) and the runtime reserve (12.0 GB) leave none of the node's 80.0 GB of HBM "
+          "for the KV cache");
+  refused("[fleet]\nchat_weight_gb = 80\n", "fleet.chat_weight_gb (80.0 GB) leaves none of fleet.gpu_memory_gb (80.0 GB) for the KV cache");
+  CHECK(std::holds_alternative<plan_input>(read("[fleet]\ncached_prefix_tokens = 1200\n")));
+  refused("[fleet]\ncached_prefix_tokens = 1201\n", "fleet.cached_prefix_tokens (1,201) must not exceed fleet.prompt_tokens (1,200)");
+  // A large fleet is sized; one past a billion replicas is refused (it overflowed an int once).
+  const std::string streams = "[fleet]\nconcurrent_streams = 1000000\nstream_tokens_per_s = 1000\nreplica_tokens_per_s = ";
+  auto fits = read(streams + "1000\n");
+  REQUIRE(std::holds_alternative<plan_input>(fits));
+  CHECK(derive_fleet(std::get<plan_input>(fits).fleet).chat_replicas == 1'000'000);
+  refused(streams + "0.001\n", "these assumptions need more than 1,000,000,000 nodes, replicas or GPUs; kiln plan sizes fewer");
+  // A node that holds TP=8's one copy of the weights but not TP=4's two says so in the comparison.
+  auto tight = read("[node]\nhbm_gb_per_gpu = 30\n");
+  REQUIRE(std::holds_alternative<plan_input>(tight));
+  const std::string tight_text = render_plan(std::get<plan_input>(tight));
+  CHECK(tight_text.find("TP=4, 2 replicas      280.0 GB  none: the weights leave no HBM for the KV cache") != std::string::npos);
+  CHECK(tight_text.find("TP=8, 1 replica       140.0 GB      64.0 GB") != std::string::npos);
+  // A large fleet that fits prints without a negative or overflowed figure.
+  auto big = read("[traffic]\npeak_requests_per_s = 1e7\n");
+  REQUIRE(std::holds_alternative<plan_input>(big));
+  const std::string text = render_plan(std::get<plan_input>(big));
+  CHECK(text.find("837583 nodes (6,700,664 GPUs)") != std::string::npos);
+  for (std::size_t at = text.find('-'); at != std::string::npos; at = text.find('-', at + 1)) {
+    CAPTURE(text.substr(at > 20 ? at - 20 : 0, 40));
+    const bool figure = at + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[at + 1])) &&
+                        (at == 0 || !std::isalpha(static_cast<unsigned char>(text[at - 1])));  // not "chat-7b"
+    CHECK_FALSE(figure);  // no negative figure
+  }
 }
