@@ -12,7 +12,6 @@
 
 #include "engine/wide_loop.hpp"
 #include "engine/tagged_index.hpp"
-#include "sim/big_pages.hpp"
 #include "sim/traces.hpp"
 
 namespace kiln::sim {
@@ -263,7 +262,7 @@ std::vector<arrival> synthetic(const arrival_spec& s, std::uint64_t seed) {
   }
   std::stable_sort(drafts.begin(), drafts.end(), [](const draft& a, const draft& b) { return a.t < b.t; });
   std::vector<arrival> out;
-  resize_advised(out, drafts.size());
+  out.resize(drafts.size());
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     const draft& x = drafts[i];
     const team_rule& team = teams[x.team];

@@ -17,7 +17,6 @@
 #include "actors/rollout.hpp"
 #include "actors/stream_sink.hpp"
 #include "config/store.hpp"
-#include "sim/big_pages.hpp"
 #include "sim/core_turns.hpp"
 #include "sim/report.hpp"
 #include "sim/virtual_time.hpp"
@@ -240,8 +239,10 @@ void kill_region(region_run& dead, region_run& to, const sim_event& e, run_book&
 
 std::variant<run_result, std::string> run_once(const scenario& s, const run_plan& plan, const progress_fn& progress) {
   const auto real_start = std::chrono::steady_clock::now();
-  // The run's memory (seed_fleet's: about 110 MB) in 2 MB pages where the allocator allows.
-  reserve_big_pages(std::size_t{256} << 20);
+  // The run's memory (seed_fleet's: about 80 MB) stays in the kernel's 4 KB pages. Advised into
+  // 2 MB pages it cost more than it saved: a host that takes freed memory back (a VM's free
+  // page reporting) must back each fresh 2 MB page again, 2.6-3.1 ms per MB against 0.4-0.6
+  // for 4 KB pages (BENCHMARKS.md, the simulator's speed, thirty-second session).
   // Each region runs the scenario's fleet; an answer is as long as the request asks.
   config::kiln_config fleet = s.fleet;
   for (auto& p : fleet.pools) {
@@ -290,7 +291,7 @@ std::variant<run_result, std::string> run_once(const scenario& s, const run_plan
     // known, while this thread makes the prompts and the fleets may still be building.
     std::future<void> records;
     made = make_arrivals(plan.arrivals, plan.seed ? plan.seed : s.seed, [&](std::size_t n) {
-      records = std::async(std::launch::async, [&book, n] { resize_advised(book.records, n); });
+      records = std::async(std::launch::async, [&book, n] { book.records.resize(n); });
     });
     if (records.valid()) records.get();
     if (const auto* made_ok = std::get_if<std::vector<arrival>>(&made); made_ok && book.records.size() != made_ok->size())
