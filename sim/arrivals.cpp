@@ -1,6 +1,7 @@
 #include "sim/arrivals.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -97,6 +98,12 @@ struct drawn_prompts {
   };
   std::vector<prompt> prompts;
   std::vector<std::vector<std::uint64_t>> systems;  ///< each team's system prompt, named once
+  std::uint64_t serial = next_serial();              ///< this book among the process's books
+
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
 
   /// Names [from, to) of prompt k, appended to `out` in order. A later turn's earlier turn is
   /// followed down the conversation (not recursively: a conversation may run to thousands of
@@ -295,6 +302,30 @@ KILN_WIDE_LOOP void fill_tokens(std::int32_t* out, std::uint64_t base, std::size
   }
 }
 
+/// The ids of a team's system prompt (whole blocks of `per`), made once per thread and book:
+/// most synthetic prompts open with one, so each prompt copies them instead of making them.
+const std::vector<std::int32_t>& system_tokens(const drawn_prompts& d, std::uint32_t team, std::size_t per,
+                                               std::uint64_t v) {
+  thread_local struct {
+    std::uint64_t serial = 0, v = 0;
+    std::size_t per = 0;
+    std::vector<std::vector<std::int32_t>> by_team;
+  } made;
+  if (made.serial != d.serial || made.per != per || made.v != v) {
+    made.serial = d.serial;
+    made.per = per;
+    made.v = v;
+    made.by_team.assign(d.systems.size(), {});
+  }
+  std::vector<std::int32_t>& ids = made.by_team[team];
+  const auto& names = d.systems[team];
+  if (ids.size() != names.size() * per) {
+    ids.resize(names.size() * per);
+    for (std::size_t b = 0; b < names.size(); ++b) fill_tokens(ids.data() + b * per, mix(names[b], 0x51EDull), 0, per, v);
+  }
+  return ids;
+}
+
 /// The prompt's prompt_tokens ids, written at `out`.
 void write_prompt(const arrival& a, int vocab, std::int32_t* out) {
   const auto want = static_cast<std::size_t>(std::max(0, a.prompt_tokens));
@@ -303,8 +334,15 @@ void write_prompt(const arrival& a, int vocab, std::int32_t* out) {
   thread_local std::vector<std::uint64_t> made;
   if (a.drawn) blocks_of(a, made);
   const std::vector<std::uint64_t>& blocks = a.drawn ? made : a.blocks;
-  std::size_t at = 0;
-  for (std::size_t b = 0; b < blocks.size() && at < want; ++b) {
+  std::size_t at = 0, first = 0;
+  if (a.drawn && a.drawn->prompts[a.drawn_at].system > 0 && per > 0) {
+    const auto& p = a.drawn->prompts[a.drawn_at];
+    const std::vector<std::int32_t>& system = system_tokens(*a.drawn, p.team, per, v);
+    at = std::min(want, static_cast<std::size_t>(p.system) * per);
+    std::copy_n(system.data(), at, out);
+    first = p.system;
+  }
+  for (std::size_t b = first; b < blocks.size() && at < want; ++b) {
     const std::size_t n = std::min(per, want - at);
     fill_tokens(out + at, mix(blocks[b], 0x51EDull), 0, n, v);
     at += n;

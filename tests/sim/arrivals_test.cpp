@@ -282,6 +282,51 @@ TEST_CASE("arrivals: prompts out of their drawn order, of another block size or 
   CHECK(oracle_hit_rate(listed, 16, 32000).reusable_tokens == drawn_oracle_hit_rate(v, 16)->reusable_tokens);
 }
 
+TEST_CASE("arrivals: a team's system prompt is made once and copied, the same ids as made afresh") {
+  // Prompts shorter and longer than their team's system prompt (400 tokens, prompts about 300),
+  // a team without one, two runs' prompts and two vocabularies read in turn, on two threads:
+  // each prompt's ids are those of its names listed one by one.
+  arrival_spec s;
+  s.rate = 50;
+  s.duration_s = 20;
+  s.conversation_turns = 3;
+  s.prompt_tokens = 300;
+  s.teams = {{"a", "", 1, kiln::engine::priority::standard, 400, 1},
+             {"b", "", 1, kiln::engine::priority::standard, 0, 1},
+             {"c", "", 1, kiln::engine::priority::standard, 160, 1}};
+  const auto one = make(s);
+  s.teams[0].system_prompt_tokens = 96;
+  const auto two = make(s, 2);
+  REQUIRE(one.size() > 500);
+  REQUIRE(two.size() > 500);
+  auto listed = [](const arrival& x) {
+    arrival y = x;
+    blocks_of(x, y.blocks);
+    y.drawn = nullptr;
+    return y;
+  };
+  std::size_t shorter = 0, longer = 0;
+  for (const auto& x : one)
+    if (x.team == "a") ++(x.prompt_tokens < 400 ? shorter : longer);
+  CHECK(shorter > 10);
+  CHECK(longer > 10);
+  auto check_all = [&](int thread) {
+    std::size_t wrong = 0;
+    for (std::size_t i = static_cast<std::size_t>(thread); i < std::min(one.size(), two.size()); i += 2)
+      for (const int vocab : {32000, 50}) {
+        if (prompt_of(one[i], vocab) != prompt_of(listed(one[i]), vocab)) ++wrong;
+        if (prompt_list_of(two[i], vocab).vec() != prompt_of(listed(two[i]), vocab)) ++wrong;
+      }
+    return wrong;
+  };
+  std::size_t wrong_there = 0;
+  std::thread other([&] { wrong_there = check_all(1); });
+  const std::size_t wrong_here = check_all(0);
+  other.join();
+  CHECK(wrong_here == 0);
+  CHECK(wrong_there == 0);
+}
+
 TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a block's run starts") {
   // prompt_of writes in wide runs (a vector body and a scalar tail): every length cuts the
   // same tokens, and a block's tokens are the same wherever it sits.
