@@ -13,12 +13,19 @@
 
 namespace kiln::engine {
 
-block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens) {
-  // One hash of the tokens, seeded by the parent's key and the salt (splitmix's finaliser, a
-  // bijection: no two salts give a first block the same seed).
-  const std::uint64_t seed = parent ^ kernels::reference::mix64(salt ^ 0x6B696C6E626C6B73ull);
-  const block_hash h = XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
+std::uint64_t salt_seed(std::uint64_t salt) {
+  // splitmix's finaliser, a bijection: no two salts give a first block the same seed.
+  return kernels::reference::mix64(salt ^ 0x6B696C6E626C6B73ull);
+}
+
+block_hash chain_hash_seeded(block_hash parent, std::uint64_t seed, std::span<const token_id> tokens) {
+  // One hash of the tokens, seeded by the parent's key and the salt's seed.
+  const block_hash h = XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), parent ^ seed);
   return h != 0 ? h : 1;  // 0 marks a block without a key
+}
+
+block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens) {
+  return chain_hash_seeded(parent, salt_seed(salt), tokens);
 }
 
 kv_block_pool::kv_block_pool(int num_blocks, int block_size)

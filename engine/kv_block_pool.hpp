@@ -20,6 +20,10 @@ using block_hash = std::uint64_t;
 /// Key of a full block: its parent's key, the block's tokens and the team salt. The salt
 /// keeps every team's blocks apart, so no block is ever shared across teams. Never 0.
 block_hash chain_hash(block_hash parent, std::uint64_t salt, std::span<const token_id> tokens);
+/// What chain_hash() takes of the salt, mixed once: chain_hash(p, salt, t) ==
+/// chain_hash_seeded(p, salt_seed(salt), t), for a sequence that keys many blocks.
+std::uint64_t salt_seed(std::uint64_t salt);
+block_hash chain_hash_seeded(block_hash parent, std::uint64_t seed, std::span<const token_id> tokens);
 
 class kv_block_pool {
  public:

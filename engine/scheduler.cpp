@@ -39,7 +39,7 @@ bool scheduler::add(seq_id id, priority prio, std::vector<token_id> prompt, int 
   s.prompt_len = static_cast<int>(prompt.size());
   s.tokens = std::move(prompt);
   s.max_tokens = std::max(1, max_tokens);
-  s.salt = salt;
+  s.key_seed = salt_seed(salt);
   s.arrival = next_arrival_++;
   in_flight_ += s.prompt_len + s.max_tokens;
   enter(waiting_, &s, waits_before);
@@ -265,7 +265,7 @@ bool scheduler::admit(seq_status& s, step_plan& plan, int& budget) {
     const int to = std::min(full, from + kAhead);
     for (int i = from; i < to; ++i) {
       const auto block = std::span(s.tokens).subspan(static_cast<std::size_t>(i * bs), static_cast<std::size_t>(bs));
-      parent = chain_hash(parent, s.salt, block);
+      parent = chain_hash_seeded(parent, s.key_seed, block);
       keys.push_back(parent);
       pool_.prefetch(parent);
     }
@@ -362,7 +362,7 @@ step_plan scheduler::schedule() {
 
 block_hash scheduler::block_key(const seq_status& s, std::size_t j, block_hash parent) const {
   const auto bs = static_cast<std::size_t>(pool_.block_size());
-  return chain_hash(parent, s.salt, std::span(s.tokens).subspan(j * bs, bs));
+  return chain_hash_seeded(parent, s.key_seed, std::span(s.tokens).subspan(j * bs, bs));
 }
 
 std::size_t scheduler::key_full_blocks(seq_status& s) {

@@ -72,7 +72,7 @@ struct alignas(64) seq_status {
   bool guarded = false;          ///< preempted and not yet progressed: cannot be preempted again
   int preemptions = 0;
   int cached_tokens = 0;         ///< prompt tokens found in the prefix cache at first admission
-  std::uint64_t salt = 0;        ///< prefix-cache partition (the team)
+  std::uint64_t key_seed = 0;    ///< salt_seed() of its prefix-cache partition (the team's salt)
   std::uint64_t arrival = 0;
   std::uint64_t admitted_at = 0;
 };
