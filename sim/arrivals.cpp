@@ -304,26 +304,33 @@ KILN_WIDE_LOOP void fill_tokens(std::int32_t* out, std::uint64_t base, std::size
 
 /// The ids of a team's system prompt (whole blocks of `per`), made once per thread and book:
 /// most synthetic prompts open with one, so each prompt copies them instead of making them.
-const std::vector<std::int32_t>& system_tokens(const drawn_prompts& d, std::uint32_t team, std::size_t per,
+/// Null once a thread keeps kMaxKept ids (many teams with long system prompts): the prompt
+/// then makes its own, as it would without the copies.
+const std::vector<std::int32_t>* system_tokens(const drawn_prompts& d, std::uint32_t team, std::size_t per,
                                                std::uint64_t v) {
+  constexpr std::size_t kMaxKept = std::size_t{4} << 20;  // 16 MB of ids a thread
   thread_local struct {
     std::uint64_t serial = 0, v = 0;
-    std::size_t per = 0;
+    std::size_t per = 0, kept = 0;
     std::vector<std::vector<std::int32_t>> by_team;
   } made;
   if (made.serial != d.serial || made.per != per || made.v != v) {
     made.serial = d.serial;
     made.per = per;
     made.v = v;
-    made.by_team.assign(d.systems.size(), {});
+    made.kept = 0;
+    made.by_team.clear();
   }
+  if (made.by_team.size() <= team) made.by_team.resize(d.systems.size());
   std::vector<std::int32_t>& ids = made.by_team[team];
   const auto& names = d.systems[team];
   if (ids.size() != names.size() * per) {
+    if (made.kept + names.size() * per > kMaxKept) return nullptr;
+    made.kept += names.size() * per;
     ids.resize(names.size() * per);
     for (std::size_t b = 0; b < names.size(); ++b) fill_tokens(ids.data() + b * per, mix(names[b], 0x51EDull), 0, per, v);
   }
-  return ids;
+  return &ids;
 }
 
 /// The prompt's prompt_tokens ids, written at `out`.
@@ -337,10 +344,11 @@ void write_prompt(const arrival& a, int vocab, std::int32_t* out) {
   std::size_t at = 0, first = 0;
   if (a.drawn && a.drawn->prompts[a.drawn_at].system > 0 && per > 0) {
     const auto& p = a.drawn->prompts[a.drawn_at];
-    const std::vector<std::int32_t>& system = system_tokens(*a.drawn, p.team, per, v);
-    at = std::min(want, static_cast<std::size_t>(p.system) * per);
-    std::copy_n(system.data(), at, out);
-    first = p.system;
+    if (const std::vector<std::int32_t>* system = system_tokens(*a.drawn, p.team, per, v)) {
+      at = std::min(want, static_cast<std::size_t>(p.system) * per);
+      std::copy_n(system->data(), at, out);
+      first = p.system;
+    }
   }
   for (std::size_t b = first; b < blocks.size() && at < want; ++b) {
     const std::size_t n = std::min(per, want - at);

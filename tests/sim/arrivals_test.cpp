@@ -29,6 +29,14 @@ std::vector<arrival> make(const arrival_spec& s, std::uint64_t seed = 1) {
   return std::get<std::vector<arrival>>(r);
 }
 
+/// The same prompt with its block names listed one by one (not drawn when asked).
+arrival listed_copy(const arrival& x) {
+  arrival y = x;
+  blocks_of(x, y.blocks);
+  y.drawn = nullptr;
+  return y;
+}
+
 std::size_t between(const std::vector<arrival>& v, double lo, double hi) {
   std::size_t n = 0;
   for (const auto& a : v) n += a.t >= lo && a.t < hi;
@@ -299,12 +307,6 @@ TEST_CASE("arrivals: a team's system prompt is made once and copied, the same id
   const auto two = make(s, 2);
   REQUIRE(one.size() > 500);
   REQUIRE(two.size() > 500);
-  auto listed = [](const arrival& x) {
-    arrival y = x;
-    blocks_of(x, y.blocks);
-    y.drawn = nullptr;
-    return y;
-  };
   std::size_t shorter = 0, longer = 0;
   for (const auto& x : one)
     if (x.team == "a") ++(x.prompt_tokens < 400 ? shorter : longer);
@@ -314,8 +316,8 @@ TEST_CASE("arrivals: a team's system prompt is made once and copied, the same id
     std::size_t wrong = 0;
     for (std::size_t i = static_cast<std::size_t>(thread); i < std::min(one.size(), two.size()); i += 2)
       for (const int vocab : {32000, 50}) {
-        if (prompt_of(one[i], vocab) != prompt_of(listed(one[i]), vocab)) ++wrong;
-        if (prompt_list_of(two[i], vocab).vec() != prompt_of(listed(two[i]), vocab)) ++wrong;
+        if (prompt_of(one[i], vocab) != prompt_of(listed_copy(one[i]), vocab)) ++wrong;
+        if (prompt_list_of(two[i], vocab).vec() != prompt_of(listed_copy(two[i]), vocab)) ++wrong;
       }
     return wrong;
   };
@@ -325,6 +327,23 @@ TEST_CASE("arrivals: a team's system prompt is made once and copied, the same id
   other.join();
   CHECK(wrong_here == 0);
   CHECK(wrong_there == 0);
+}
+
+TEST_CASE("arrivals: system prompts past what a thread keeps are made per prompt, the same ids") {
+  // Three teams with 1.5 million-token system prompts: the third team's is past the 4 million
+  // ids a thread keeps, so its prompts make their own ids.
+  arrival_spec s;
+  s.rate = 3;
+  s.duration_s = 4;
+  s.prompt_tokens = 1600000;
+  s.teams = {{"a", "", 1, kiln::engine::priority::standard, 1500000, 1},
+             {"b", "", 1, kiln::engine::priority::standard, 1500000, 1},
+             {"c", "", 1, kiln::engine::priority::standard, 1500000, 1}};
+  const auto v = make(s);
+  std::set<std::string> teams;
+  for (const auto& x : v) teams.insert(x.team);
+  REQUIRE(teams.size() == 3);
+  for (const auto& x : v) CHECK(prompt_of(x, 32000) == prompt_of(listed_copy(x), 32000));
 }
 
 TEST_CASE("arrivals: a prompt's tokens do not depend on its length or on where a block's run starts") {
