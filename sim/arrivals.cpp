@@ -302,6 +302,11 @@ KILN_WIDE_LOOP void fill_tokens(std::int32_t* out, std::uint64_t base, std::size
   }
 }
 
+/// Block `name`'s first n ids (a prompt's block is a function of its name alone).
+void block_ids(std::int32_t* out, std::uint64_t name, std::size_t n, std::uint64_t v) {
+  fill_tokens(out, mix(name, 0x51EDull), 0, n, v);
+}
+
 /// The ids of a team's system prompt (whole blocks of `per`), made once per thread and book:
 /// most synthetic prompts open with one, so each prompt copies them instead of making them.
 /// Null once a thread keeps kMaxKept ids (many teams with long system prompts): the prompt
@@ -328,7 +333,7 @@ const std::vector<std::int32_t>* system_tokens(const drawn_prompts& d, std::uint
     if (made.kept + names.size() * per > kMaxKept) return nullptr;
     made.kept += names.size() * per;
     ids.resize(names.size() * per);
-    for (std::size_t b = 0; b < names.size(); ++b) fill_tokens(ids.data() + b * per, mix(names[b], 0x51EDull), 0, per, v);
+    for (std::size_t b = 0; b < names.size(); ++b) block_ids(ids.data() + b * per, names[b], per, v);
   }
   return &ids;
 }
@@ -342,17 +347,16 @@ void write_prompt(const arrival& a, int vocab, std::int32_t* out) {
   if (a.drawn) blocks_of(a, made);
   const std::vector<std::uint64_t>& blocks = a.drawn ? made : a.blocks;
   std::size_t at = 0, first = 0;
-  if (a.drawn && a.drawn->prompts[a.drawn_at].system > 0 && per > 0) {
-    const auto& p = a.drawn->prompts[a.drawn_at];
-    if (const std::vector<std::int32_t>* system = system_tokens(*a.drawn, p.team, per, v)) {
-      at = std::min(want, static_cast<std::size_t>(p.system) * per);
+  if (const auto* p = a.drawn ? &a.drawn->prompts[a.drawn_at] : nullptr; p && p->system > 0 && per > 0) {
+    if (const std::vector<std::int32_t>* system = system_tokens(*a.drawn, p->team, per, v)) {
+      at = std::min(want, static_cast<std::size_t>(p->system) * per);
       std::copy_n(system->data(), at, out);
-      first = p.system;
+      first = p->system;
     }
   }
   for (std::size_t b = first; b < blocks.size() && at < want; ++b) {
     const std::size_t n = std::min(per, want - at);
-    fill_tokens(out + at, mix(blocks[b], 0x51EDull), 0, n, v);
+    block_ids(out + at, blocks[b], n, v);
     at += n;
   }
   // A trace with fewer hashes than tokens: the rest is the request's own.
