@@ -321,6 +321,13 @@ pool_config read_pool(const toml::table& t, std::size_t index) {
     r.fail("routing", "must be prefix_affinity_bounded, round_robin or least_tokens (got \"" + p.routing + "\")");
   if (const auto* s = r.table("shape")) read_shape(*s, path + ".shape", p.shape);
   if (const auto* g = r.table("gpu")) read_gpu(*g, path + ".gpu", p.gpu);
+  // -1 (the default): a GPU's knee, from the roofline of the pool's shape and GPU, for the
+  // executors that model or run on one; no bound on the CPU, where every token costs.
+  int batch_step = -1;
+  r.number("batch_step_tokens", batch_step, -1, 1e7);
+  const bool gpu_like = p.executor == executor_kind::sim || p.executor == executor_kind::cuda;
+  p.limits.batch_step_tokens =
+      batch_step >= 0 ? batch_step : gpu_like ? engine::cost_model(p.shape, p.gpu).memory_bound_tokens() : 0;
   if (const int tp = p.gpu.tensor_parallel; !engine::heads_split_evenly(p.shape.heads, p.shape.kv_heads, tp))
     throw bad_config(path + ".gpu.tensor_parallel: " + std::to_string(tp) + " does not split " + std::to_string(p.shape.heads) +
                      " attention heads and " + std::to_string(p.shape.kv_heads) + " KV heads evenly over the GPUs");

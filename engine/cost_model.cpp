@@ -35,6 +35,14 @@ double cost_model::attention_flops(std::int64_t chunk, std::int64_t past) const 
   return 4.0 * shape_.layers * n * ctx * shape_.d_model;
 }
 
+int cost_model::memory_bound_tokens() const {
+  // 2 x params x N / flops = weight_bytes / bandwidth (both split alike over tensor parallelism).
+  const double flops = gpu_.flops_per_s * gpu_.flops_efficiency;
+  const double bw = gpu_.hbm_bytes_per_s * gpu_.bandwidth_efficiency;
+  const double n = weight_bytes() * flops / (2.0 * params_ * bw);
+  return static_cast<int>(std::clamp(n, 1.0, 1e7));
+}
+
 int cost_model::kv_blocks(int block_size) const {
   const double tp = std::max(1, gpu_.tensor_parallel);
   const double free = gpu_.hbm_capacity_bytes * gpu_.kv_memory_fraction * tp - weight_bytes();

@@ -74,6 +74,9 @@ class cost_model {
   /// before the first: step k (from 1) reads kv_tokens + batch * k. The same figures as
   /// time() to the bit, its per-step constants worked out once; written over `out`.
   void decode_totals(std::int64_t batch, std::int64_t kv_tokens, int steps, std::vector<double>& out) const;
+  /// Tokens a step computes before its compute time reaches the time it takes to read the
+  /// weights (the roofline's knee; at least 1): up to there, more tokens make a step no longer.
+  int memory_bound_tokens() const;
   /// KV blocks that fit beside the weights on the replica's GPUs (at least 0).
   int kv_blocks(int block_size) const;
 

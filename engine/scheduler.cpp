@@ -308,6 +308,12 @@ step_plan scheduler::schedule() {
   // 1. Decodes of running sequences: one token each, so streams keep flowing. A decode that
   //    needs a new block may preempt the lowest-ranked running sequence (possibly itself).
   const std::vector<seq_status*>& running = ordered(true);
+  // Both lists hold their tiers in order, so online work is present when either starts with it.
+  const bool online = limits_.batch_step_tokens > 0 &&
+                      ((!running.empty() && running.front()->prio != priority::batch) ||
+                       (!waiting_.empty() && waiting_.front()->prio != priority::batch));
+  // The prompt tokens a batch sequence may add to the step now.
+  const auto batch_room = [&] { return online ? std::max(0, limits_.batch_step_tokens - plan.total_tokens()) : budget; };
   for (seq_status* s : running) {
     if (budget == 0) break;
     if (!s->running || s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) continue;
@@ -326,7 +332,8 @@ step_plan scheduler::schedule() {
     if (budget == 0) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
     if (!s->running || (s->computed >= s->prompt_len && left <= 1)) continue;
-    const int chunk = std::min(budget, left);
+    const int chunk = std::min({budget, left, s->prio == priority::batch ? batch_room() : budget});
+    if (chunk == 0) continue;
     plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
     budget -= chunk;
@@ -338,7 +345,7 @@ step_plan scheduler::schedule() {
       if (std::find(overflowed_.begin(), overflowed_.end(), s->id) == overflowed_.end()) overflowed_.push_back(s->id);
       continue;
     }
-    if (budget == 0) break;
+    if (budget == 0 || (s->prio == priority::batch && batch_room() == 0)) break;
     if (static_cast<int>(running_.size()) >= limits_.max_running) {
       if (s->prio != priority::interactive) break;
       // A full batch admits an interactive sequence in place of running batch work: the
@@ -351,7 +358,7 @@ step_plan scheduler::schedule() {
     }
     if (!admit(*s, plan, budget)) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
-    const int chunk = std::min(budget, left);
+    const int chunk = std::min({budget, left, s->prio == priority::batch ? batch_room() : budget});
     plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
     budget -= chunk;

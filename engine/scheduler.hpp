@@ -20,6 +20,11 @@ struct scheduler_limits {
   int max_tokens_per_step = 2048;  ///< tokens computed in one step (prefill chunks + decodes)
   int max_running = 256;           ///< sequences holding a batch slot at once
   int kv_reserve_blocks = 0;       ///< free blocks that must remain when a sequence is admitted
+  /// > 0: while interactive or standard sequences run or wait, batch-tier prompt chunks join a
+  /// step only until it computes this many tokens in all (a GPU's step is bound by reading the
+  /// weights below that, so batch work rides along without lengthening the online work's
+  /// step). 0: batch prompt chunks take whatever the step budget leaves.
+  int batch_step_tokens = 0;
 };
 
 struct seq_status;

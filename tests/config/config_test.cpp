@@ -170,6 +170,21 @@ TEST_CASE("config: NaN and infinities fail the range checks; limits at and past 
   CHECK(error_of("[server]\nmax_buffered_bytes = 4096\n" + kMinimal).empty());
 }
 
+TEST_CASE("config: batch_step_tokens: the GPU's knee by default on sim and cuda, no bound on the CPU, or as set") {
+  const auto pool_of = [](const std::string& text) {
+    auto r = parse_config(text, "t");
+    REQUIRE(std::holds_alternative<kiln_config>(r));
+    return std::get<kiln_config>(r).pools[0];
+  };
+  CHECK(pool_of(kMinimal).limits.batch_step_tokens == 117);
+  CHECK(pool_of(kMinimal + "[pools.gpu]\nflops_efficiency = 0.2\n").limits.batch_step_tokens == 58);
+  CHECK(pool_of(kMinimal + "batch_step_tokens = 0\n").limits.batch_step_tokens == 0);
+  CHECK(pool_of(kMinimal + "batch_step_tokens = -1\n").limits.batch_step_tokens == 117);
+  CHECK(pool_of(kMinimal + "batch_step_tokens = 300\n").limits.batch_step_tokens == 300);
+  CHECK(pool_of(kMinimal + "executor = \"cpu\"\nmodel_dir = \"/nonexistent\"\n").limits.batch_step_tokens == 0);
+  CHECK(error_of(kMinimal + "batch_step_tokens = -2\n").find("pools[0].batch_step_tokens must be between -1") != std::string::npos);
+}
+
 TEST_CASE("config: the admin key may not be a team's key") {
   CHECK(error_of("admin_key = \"k\"\n" + kMinimal) == "test.toml: admin_key is also a team's api_key");
   auto r = parse_config("admin_key = \"a\"\n" + kMinimal, "test.toml");

@@ -79,6 +79,24 @@ TEST_CASE("cost model: the default 7B GQA shape on an H200") {
   CHECK(c.time(batch).total / 64 < t.total);
 }
 
+TEST_CASE("cost model: the roofline's knee: up to memory_bound_tokens a step costs no more than one token") {
+  // BF16 weights on the default H200: 2 bytes x (0.40 x 989 TFLOP/s) / (2 x 0.70 x 4.8 TB/s) = 117.7.
+  const cost_model c({}, {});
+  CHECK(c.memory_bound_tokens() == 117);
+  const auto with_tokens = [&](std::int64_t n) {
+    step_shape s;
+    s.new_tokens = n;
+    return c.time(s);
+  };
+  CHECK(with_tokens(117).total == with_tokens(1).total);
+  CHECK(with_tokens(118).total > with_tokens(1).total);
+  // Tensor parallelism splits weights and FLOPs alike: the same knee; FP8 weights halve it.
+  CHECK(seed_70b().memory_bound_tokens() == static_cast<int>(2 * 1300e12 * 0.40 / (2 * 5.3e12 * 0.70)));
+  model_shape fp8;
+  fp8.dtype_bytes = 1;
+  CHECK(cost_model(fp8, {}).memory_bound_tokens() == 58);
+}
+
 TEST_CASE("cost model: a stretch of decode steps costs what each step alone would, to the bit") {
   // TP 8 (all-reduce in every step) and a single GPU; batches where memory or compute binds.
   const cost_model one_gpu(model_shape{}, gpu_assumptions{});

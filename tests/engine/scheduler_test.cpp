@@ -125,6 +125,42 @@ TEST_CASE("scheduler: tiers order admission; batch never takes an interactive sl
             [](int, scheduler& sch) { finish_done(sch, {1, 2, 3}); });
 }
 
+TEST_CASE("scheduler: beside online work, batch prompt chunks fill a step only to batch_step_tokens") {
+  scheduler s({64, 8, 0, /*batch_step_tokens=*/10}, 64, 4);
+  const std::map<seq_id, char> names{{1, 'B'}, {2, 'I'}, {3, 'C'}, {4, 'D'}};
+  s.add(1, priority::batch, toks(12), 10);
+  run_table(s, names,
+            {
+                {"B:P12*", 1, 0},            // batch alone: no bound
+                {"B:D* I:P4* C:P5", 3, 0},   // I arrives: C's first chunk fills the step to 10
+                {"I:D* B:D* C:P8", 3, 0},    // decodes first, then 8 more of C
+                {"I:D* B:D* C:P8*", 3, 0},   // C's last 8 end exactly at the bound
+                {"I:D* B:D* C:D*", 3, 0},
+                {"B:D* C:D* D:P30*", 3, 0},  // I done: batch alone again, a 30-token chunk
+            },
+            [](int i, scheduler& sch) {
+              if (i == 1) {
+                sch.add(2, priority::interactive, toks(4, 300), 4);
+                sch.add(3, priority::batch, toks(21, 500), 3);
+              }
+              if (i == 5) sch.add(4, priority::batch, toks(30, 700), 2);
+              finish_done(sch, {1, 2, 3, 4});
+            });
+}
+
+TEST_CASE("scheduler: a step that online work fills to batch_step_tokens admits no batch sequence; one token less admits one token of it") {
+  for (const int online_prompt : {10, 9}) {
+    CAPTURE(online_prompt);
+    scheduler s({64, 8, 0, 10}, 64, 4);
+    const std::map<seq_id, char> names{{1, 'S'}, {2, 'X'}};
+    s.add(1, priority::standard, toks(online_prompt), 2);
+    s.add(2, priority::batch, toks(4, 300), 1);
+    const std::vector<row> at_bound{{"S:P10*", 1, 1}, {"S:D* X:P4*", 2, 0}, {"", 0, 0}};
+    const std::vector<row> under{{"S:P9* X:P1", 2, 0}, {"S:D* X:P3*", 2, 0}, {"", 0, 0}};
+    run_table(s, names, online_prompt == 10 ? at_bound : under, [](int, scheduler& sch) { finish_done(sch, {1, 2}); });
+  }
+}
+
 TEST_CASE("scheduler: tokens in flight are prompt plus remaining output") {
   scheduler s({100, 8}, 64, 4);
   s.add(1, priority::standard, toks(10), 5);
