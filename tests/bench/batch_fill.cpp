@@ -3,6 +3,7 @@
 // engine slot (the pool's full rate). Prints output tokens per second, utilisation (against the full rate),
 // interactive p95 TTFT and USD per million output tokens (kiln's own /metrics figure).
 // Usage: batch_fill [--seconds 40] [--rate 12] [--replicas 2] [--max-in-flight N (batch.max_in_flight)]
+//                   [--batch-step-tokens N: one more run beside the batch with the pool's batch_step_tokens = N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,17 +83,26 @@ int main(int argc, char** argv) {
   double seconds = 40, rate = 12;
   int replicas = 2;
   int max_in_flight = 0;  // 0: kiln's default
+  int batch_step = -2;    // -2: no extra run
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rate")) rate = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-in-flight")) max_in_flight = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch-step-tokens")) batch_step = std::atoi(argv[i + 1]);
   }
   const std::string base = test_config(replicas, 10000, 400);
   const std::string cfg = max_in_flight > 0 ? base + "[batch]\nmax_in_flight = " + std::to_string(max_in_flight) + "\n" : base;
   const int lines = static_cast<int>(seconds * 400);  // more than the pool can answer in the time
   const figures alone = run(cfg, seconds, rate, false, 0);
   const figures both = run(cfg, seconds, rate, true, lines);
+  figures other;
+  if (batch_step >= -1) {
+    std::string c = cfg;
+    const std::string at = "max_running = 128\n";
+    c.insert(c.find(at) + at.size(), "batch_step_tokens = " + std::to_string(batch_step) + "\n");
+    other = run(c, seconds, rate, true, lines);
+  }
   // The full rate: a batch alone on every engine slot (2 x max_running lines at once).
   const figures full = run(base + "[batch]\nmax_in_flight = " + std::to_string(replicas * 128) + "\n", seconds, 0, true, lines);
   std::printf("batch_fill: %d sim replicas, %.0f s each, interactive %.1f requests/s of 120 tokens\n", replicas, seconds, rate);
@@ -103,6 +113,7 @@ int main(int argc, char** argv) {
   };
   row("interactive alone", alone);
   row("interactive + batch", both);
+  if (batch_step >= -1) row(("+ batch, batch_step_tokens " + std::to_string(batch_step)).c_str(), other);
   row("batch on every slot (full)", full);
   return 0;
 }
