@@ -56,8 +56,8 @@ max_running = 128             # sequences in the batch at once
 block_size = 16               # tokens per KV block
 kv_blocks = 0                 # 0: as many as fit beside the weights (see [pools.gpu])
 kv_reserve_blocks = 16        # free blocks that must remain when a request is admitted
-# batch_step_tokens = -1        # beside online work, batch prompts fill a step to this many
-                                # tokens at most; -1: the GPU's roofline knee, 0: no bound
+batch_step_tokens = -1        # beside online work, batch prompts fill a step to this many
+                              # tokens at most; -1: the GPU's roofline knee, 0: no bound
 default_max_tokens = 1024
 max_context = 32768
 heartbeat_ms = 1000           # replicas beat this often; 3 missed and they leave the ranking
