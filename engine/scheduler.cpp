@@ -312,8 +312,11 @@ step_plan scheduler::schedule() {
   const bool online = limits_.batch_step_tokens > 0 &&
                       ((!running.empty() && running.front()->prio != priority::batch) ||
                        (!waiting_.empty() && waiting_.front()->prio != priority::batch));
-  // The prompt tokens a batch sequence may add to the step now.
+  // The prompt tokens a batch sequence may add to the step now, and a prompt chunk's size.
   const auto batch_room = [&] { return online ? std::max(0, limits_.batch_step_tokens - plan.total_tokens()) : budget; };
+  const auto chunk_of = [&](const seq_status& s, int left) {
+    return std::min({budget, left, s.prio == priority::batch ? batch_room() : budget});
+  };
   for (seq_status* s : running) {
     if (budget == 0) break;
     if (!s->running || s->computed < s->prompt_len || s->computed + 1 != static_cast<int>(s->tokens.size())) continue;
@@ -332,7 +335,7 @@ step_plan scheduler::schedule() {
     if (budget == 0) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
     if (!s->running || (s->computed >= s->prompt_len && left <= 1)) continue;
-    const int chunk = std::min({budget, left, s->prio == priority::batch ? batch_room() : budget});
+    const int chunk = chunk_of(*s, left);
     if (chunk == 0) continue;
     plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
@@ -358,7 +361,7 @@ step_plan scheduler::schedule() {
     }
     if (!admit(*s, plan, budget)) break;
     const int left = static_cast<int>(s->tokens.size()) - s->computed;
-    const int chunk = std::min({budget, left, s->prio == priority::batch ? batch_room() : budget});
+    const int chunk = chunk_of(*s, left);
     plan.items.push_back({s->id, chunk, s->computed, true, chunk == left, -1, s});
     plan.prefill_tokens += chunk;
     budget -= chunk;
