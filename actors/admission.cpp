@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/meter.hpp"
+#include "actors/one_way.hpp"
 #include "actors/stream_sink.hpp"
 #include "actors/tokenize_call.hpp"
 
@@ -331,20 +332,20 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
   }
   // Cases are tried in order: a request and its release, every request's two messages, first.
   return {
-      [self](request& r) {
+      [self](request& r) -> one_way {
         auto& st = self->state;
         const auto now = self->clock().now();
         auto admitted = st.admit(r, now);
         if (auto* err = std::get_if<stream_error>(&admitted)) {
           self->send(r.sink, std::move(*err));
-          return;
+          return handled;
         }
         r.priority = st.ledger.clamp(r.team, r.priority);
         if (auto refused = st.ledger.admit(r, now)) {
           self->send(r.sink, st.ledger.limit_info(r, now));
           if (refused->code == errc::over_limit) note_refusal(self, r);
           self->send(r.sink, std::move(*refused));
-          return;
+          return handled;
         }
         // The x-ratelimit-* headers, for a team with a limit on this model (none: no message).
         if (auto info = st.ledger.limit_info(r, now); info.limit_tokens > 0) self->send(r.sink, std::move(info));
@@ -364,9 +365,10 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
         apply(self, key, m);
         st.publish(team, model, key, now);
         arm_sweep(self);
+        return handled;
       },
-      [self](request_released& r) {
-        if (report_outcome(self, r)) return;  // a shadow copy: nothing was charged
+      [self](request_released& r) -> one_way {
+        if (report_outcome(self, r)) return handled;  // a shadow copy: nothing was charged
         auto& st = self->state;
         const auto now = self->clock().now();
         st.ledger.release(r, now);
@@ -379,15 +381,19 @@ caf::behavior admission(caf::stateful_actor<admission_state>* self, std::shared_
           st.captured.erase(c);
         }
         const std::optional<std::string> gate = st.gate_of.take(r.id);
-        if (!gate) return;
+        if (!gate) return handled;
         const std::string& key = *gate;
         pool_gate::moves m;
         st.gate(key).end(r.id, now, m);
         apply(self, key, m);
         st.publish(r.team, r.model, key, now);
+        return handled;
       },
       [self](tokenize_request& q) -> tokenize_result { return run_tokenize(self->state, q); },
-      [self](tick_atom) { sweep(self); },
+      [self](tick_atom) -> one_way {
+        sweep(self);
+        return handled;
+      },
       [self](batch_room_ask& q) -> batch_room {
         auto& st = self->state;
         batch_room out;

@@ -8,6 +8,7 @@
 
 #include "actors/chaos.hpp"
 #include "actors/engine_parts.hpp"
+#include "actors/one_way.hpp"
 #include "actors/wake_ticket.hpp"
 #include "engine/cpu_executor.hpp"
 #if KILN_HAVE_CUDA
@@ -421,11 +422,15 @@ void on_chaos(stateful* self, const chaos_order& o) {
 caf::behavior serving(stateful* self) {
   // Cases are tried in order: the step timers, most of an engine's messages, first.
   return {
-      [self](step_atom) { on_step(self); },
-      [self](coast_atom, const wake_ticket& t) {
-        if (self->state.coasting && !t.void_now()) settle(self, /*wakeup=*/true);
+      [self](step_atom) -> one_way {
+        on_step(self);
+        return handled;
       },
-      [self](request& r) {
+      [self](coast_atom, const wake_ticket& t) -> one_way {
+        if (self->state.coasting && !t.void_now()) settle(self, /*wakeup=*/true);
+        return handled;
+      },
+      [self](request& r) -> one_way {
         settle(self);
         auto& st = self->state;
         st.totals.received_tokens += request_tokens(r);
@@ -434,7 +439,7 @@ caf::behavior serving(stateful* self) {
           report_failure(self, r.id, r.attempt, r.owner, r.sink, errc::context_too_long,
                          "The prompt (" + std::to_string(r.prompt.size()) +
                              " tokens) does not fit in this replica's KV cache.");
-          return;
+          return handled;
         }
         const caf::actor client = r.client ? r.client : r.sink;
         watch(self, client);
@@ -443,17 +448,19 @@ caf::behavior serving(stateful* self) {
         st.by_request[r.id] = seq;
         if (!st.stepping) start_step(self);
         st.publish();
+        return handled;
       },
-      [self](cancel_job& c) {
+      [self](cancel_job& c) -> one_way {
         settle(self);
         auto& st = self->state;
         const engine::seq_id* found = st.by_request.find(c.id);
-        if (!found) return;
+        if (!found) return handled;
         const engine::seq_id seq = *found;  // forget() erases the entry
         if (engine_state::job* j = st.jobs.find(seq)) st.flush(*j);
         st.core->cancel(seq);
         forget(st, seq);
         st.publish();
+        return handled;
       },
       [self](stats_atom) {
         // A heartbeat reads the engine without settling its coast: the figures are those

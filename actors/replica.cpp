@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/chaos.hpp"
+#include "actors/one_way.hpp"
 #include "actors/remote_engine.hpp"
 
 namespace kiln::actors {
@@ -123,9 +124,10 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
   });
   self->send(self, tick_atom::value);
   return {
-      [self](tick_atom) {
+      [self](tick_atom) -> one_way {
         self->delayed_send(self, self->state.d.heartbeat, tick_atom::value);
         beat(self);
+        return handled;
       },
       [self](warm_atom) {
         auto& st = self->state;

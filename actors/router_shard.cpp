@@ -9,6 +9,7 @@
 
 #include "actors/chaos.hpp"
 #include "actors/meter.hpp"
+#include "actors/one_way.hpp"
 
 namespace kiln::actors {
 
@@ -396,15 +397,20 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
         own(self, r);
         return caf::unit;  // admission's acknowledgement
       },
-      [self](first_token& f) {
+      [self](first_token& f) -> one_way {
         if (owned_request* o = self->state.owned.find(f.id, f.attempt)) {
           o->first_token = true;
           o->ttft_s = std::chrono::duration<double>(self->clock().now() - o->since).count();
         }
+        return handled;
       },
-      [self](job_done& d) { on_done(self, d); },
-      [self](job_failed& f) {
+      [self](job_done& d) -> one_way {
+        on_done(self, d);
+        return handled;
+      },
+      [self](job_failed& f) -> one_way {
         if (owned_request* o = self->state.owned.find(f.id, f.attempt)) retry_or_fail(self, *o, f.code, f.message, f.usage);
+        return handled;
       },
       [self](replica_gone& g) {
         auto& reps = self->state.replicas;
@@ -427,14 +433,19 @@ caf::behavior router_shard(stateful* self, router_settings cfg, std::shared_ptr<
         e->id_hash = id_hash;
         e->replica = up.replica;
       },
-      [self](replica_status& s) {
+      [self](replica_status& s) -> one_way {
         if (self->state.on_status(s, self->clock().now())) self->monitor(s.engine);
         publish_ranked(self);
+        return handled;
       },
-      [self](tick_atom) { sweep(self); },
-      [self](rank_atom) {
+      [self](tick_atom) -> one_way {
+        sweep(self);
+        return handled;
+      },
+      [self](rank_atom) -> one_way {
         publish_ranked(self);
         self->delayed_send(self, self->state.cfg.heartbeat, rank_atom::value);
+        return handled;
       },
       [self](state_atom) { return self->state.view(self->clock().now()); },
       [self](chaos_order& o) {

@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/node_supervisor.hpp"
+#include "actors/one_way.hpp"
 
 namespace kiln::actors {
 
@@ -10,13 +11,26 @@ namespace {
 
 caf::behavior stream_sink(caf::event_based_actor*, std::shared_ptr<stream_target> target) {
   return {
-      [target](stream_tokens& ev) { target->on_tokens(std::move(ev)); },
-      [target](stream_batch& b) {
-        for (auto& ev : b.items) target->on_tokens(std::move(ev));
+      [target](stream_tokens& ev) -> one_way {
+        target->on_tokens(std::move(ev));
+        return handled;
       },
-      [target](stream_end& ev) { target->on_end(std::move(ev)); },
-      [target](stream_error& ev) { target->on_error(std::move(ev)); },
-      [target](rate_limit_info& ev) { target->on_rate_limit(ev); },
+      [target](stream_batch& b) -> one_way {
+        for (auto& ev : b.items) target->on_tokens(std::move(ev));
+        return handled;
+      },
+      [target](stream_end& ev) -> one_way {
+        target->on_end(std::move(ev));
+        return handled;
+      },
+      [target](stream_error& ev) -> one_way {
+        target->on_error(std::move(ev));
+        return handled;
+      },
+      [target](rate_limit_info& ev) -> one_way {
+        target->on_rate_limit(ev);
+        return handled;
+      },
   };
 }
 

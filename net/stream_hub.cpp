@@ -9,6 +9,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/one_way.hpp"
+
 namespace kiln::net {
 
 namespace {
@@ -155,15 +157,29 @@ caf::behavior stream_hub(stateful* self, run_fn post_io, bool one_io_thread, std
         st.release_on_io(std::move(it->second.target), it->second.last);
         st.streams.erase(it);
       },
-      [self](actors::stream_tokens& ev) {
+      // The streams' own messages, one-way: see actors/one_way.hpp.
+      [self](actors::stream_tokens& ev) -> actors::one_way {
         std::vector<actors::stream_tokens> one_item;
         one_item.push_back(std::move(ev));
         deliver(self, one_item);
+        return actors::handled;
       },
-      [self](actors::stream_batch& b) { deliver(self, b.items); },
-      [self](actors::stream_end& ev) { one(self, std::move(ev), &actors::stream_target::on_end, true); },
-      [self](actors::stream_error& ev) { one(self, std::move(ev), &actors::stream_target::on_error, true); },
-      [self](actors::rate_limit_info& ev) { one(self, ev, &actors::stream_target::on_rate_limit, false); },
+      [self](actors::stream_batch& b) -> actors::one_way {
+        deliver(self, b.items);
+        return actors::handled;
+      },
+      [self](actors::stream_end& ev) -> actors::one_way {
+        one(self, std::move(ev), &actors::stream_target::on_end, true);
+        return actors::handled;
+      },
+      [self](actors::stream_error& ev) -> actors::one_way {
+        one(self, std::move(ev), &actors::stream_target::on_error, true);
+        return actors::handled;
+      },
+      [self](actors::rate_limit_info& ev) -> actors::one_way {
+        one(self, ev, &actors::stream_target::on_rate_limit, false);
+        return actors::handled;
+      },
   };
 }
 
