@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/node_supervisor.hpp"
+#include "actors/one_way.hpp"
 #include "actors/store_writer.hpp"
 
 namespace kiln::actors::detail {
@@ -209,15 +210,18 @@ caf::behavior meter(stateful* self, meter_deps deps) {
         arm_flush(self);
         fold_now(self);
       },
-      [self](usage_note& n) {
+      // A request's own messages, one-way (actors/one_way.hpp).
+      [self](usage_note& n) -> one_way {
         self->state.buffer.push_back(record_of(self, n));
         arm_flush(self);
+        return handled;
       },
-      [self](metered_end& m) {
+      [self](metered_end& m) -> one_way {
         auto& st = self->state;
         st.buffer.push_back(record_of(self, m.note));
         st.ends.emplace_back(std::move(m.sink), std::move(m.end));
         arm_flush(self);
+        return handled;
       },
       [self](flush_atom) { flush(self); },
       [self](detail::wal_written& w) { on_written(self, w); },
