@@ -59,6 +59,12 @@ if(kiln_pgo_mode STREQUAL "use")
 endif()
 
 function(kiln_profile_guided target)
+  if(NOT kiln_pgo_mode STREQUAL "off")
+    # The same source paths in every checkout, so the profile finds every function (see
+    # relative_source.sh); the build's own launcher (ccache) runs after it.
+    set_target_properties(${target} PROPERTIES CXX_COMPILER_LAUNCHER
+                          "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/relative_source.sh;${PROJECT_SOURCE_DIR};${CMAKE_CXX_COMPILER_LAUNCHER}")
+  endif()
   if(kiln_pgo_mode STREQUAL "generate")
     target_compile_options(${target} PRIVATE -fprofile-generate=${KILN_PGO_OUT} -fprofile-update=atomic
                                              -fprofile-prefix-path=${CMAKE_BINARY_DIR})
