@@ -58,12 +58,19 @@ if(kiln_pgo_mode STREQUAL "use")
   set(kiln_pgo_specs "${CMAKE_CURRENT_LIST_DIR}/pgo_partial_training.specs")
 endif()
 
+# The same source paths in every checkout, so the profile finds every function (see
+# relative_source.sh); the build's own launcher (ccache) runs after it. The script's digest is
+# a definition on the libraries: a change to it recompiles them (and re-runs CMake).
+set(kiln_pgo_paths "${CMAKE_CURRENT_LIST_DIR}/relative_source.sh")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${kiln_pgo_paths}")
+file(SHA256 "${kiln_pgo_paths}" kiln_pgo_paths_id)
+string(SUBSTRING "${kiln_pgo_paths_id}" 0 16 kiln_pgo_paths_id)
+
 function(kiln_profile_guided target)
   if(NOT kiln_pgo_mode STREQUAL "off")
-    # The same source paths in every checkout, so the profile finds every function (see
-    # relative_source.sh); the build's own launcher (ccache) runs after it.
     set_target_properties(${target} PROPERTIES CXX_COMPILER_LAUNCHER
-                          "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/relative_source.sh;${PROJECT_SOURCE_DIR};${CMAKE_CXX_COMPILER_LAUNCHER}")
+                          "${kiln_pgo_paths};${PROJECT_SOURCE_DIR};${CMAKE_CXX_COMPILER_LAUNCHER}")
+    target_compile_definitions(${target} PRIVATE KILN_PGO_PATHS=${kiln_pgo_paths_id})
   endif()
   if(kiln_pgo_mode STREQUAL "generate")
     target_compile_options(${target} PRIVATE -fprofile-generate=${KILN_PGO_OUT} -fprofile-update=atomic
