@@ -667,6 +667,12 @@ TEST_CASE("arrivals: a run whose prompts would not fit is refused before its pro
   auto r = make_arrivals(big, 1);
   REQUIRE(std::holds_alternative<std::string>(r));
   CHECK(std::get<std::string>(r).find("would total about 600000000000 tokens") != std::string::npos);
+  // Past what an integer holds, the count is still the request's own, not a clamped one.
+  big.rate = 1e300;
+  r = make_arrivals(big, 1);
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r).find("would number about 6.0e+302 (rate x duration)") != std::string::npos);
+  big.rate = 100;
   big.prompt_tokens = 1000;
   CHECK(!make(big).empty());
 }
