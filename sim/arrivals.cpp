@@ -398,12 +398,14 @@ engine::token_list prompt_list_of(const arrival& a, int vocab) {
 
 namespace {
 
-/// A count for a refusal: whole below 10^15, else like "6.0e+302" (no integer holds it).
+/// A count for a refusal: "about N", whole below 10^15, else like "about 6.0e+302" (no
+/// integer holds it), or "more than 1.8e+308" past what a double holds.
 std::string about(double n) {
-  if (n < 1e15) return std::to_string(static_cast<long long>(n));
+  if (n < 1e15) return "about " + std::to_string(static_cast<long long>(n));
+  if (!std::isfinite(n)) return "more than 1.8e+308";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1e", n);
-  return buf;
+  return std::string("about ") + buf;
 }
 
 /// Empty when the arrivals' prompts fit a run (kMaxPromptTokens); else why not.
@@ -466,10 +468,10 @@ std::variant<std::vector<arrival>, std::string> make_arrivals(const arrival_spec
     for (const auto& t : s.teams) multiplier = std::max(multiplier, t.rate_multiplier);
     const double expected = peak_rate(s) * multiplier * s.duration_s;
     if (!(expected <= kMaxArrivals))
-      return "the arrivals would number about " + about(expected) +
+      return "the arrivals would number " + about(expected) +
              " (rate x duration); at most " + std::to_string(static_cast<long long>(kMaxArrivals)) + " per run";
     if (!(expected * s.prompt_tokens <= kMaxPromptTokens))
-      return "the arrivals' prompts would total about " + about(expected * s.prompt_tokens) +
+      return "the arrivals' prompts would total " + about(expected * s.prompt_tokens) +
              " tokens (rate x duration x prompt_tokens); at most " +
              std::to_string(static_cast<long long>(kMaxPromptTokens)) + " per run";
     out = synthetic(s, seed);

@@ -672,6 +672,10 @@ TEST_CASE("arrivals: a run whose prompts would not fit is refused before its pro
   r = make_arrivals(big, 1);
   REQUIRE(std::holds_alternative<std::string>(r));
   CHECK(std::get<std::string>(r).find("would number about 6.0e+302 (rate x duration)") != std::string::npos);
+  big.rate = 1e308;  // rate x duration is past what a double holds
+  r = make_arrivals(big, 1);
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK(std::get<std::string>(r).find("would number more than 1.8e+308 (rate x duration)") != std::string::npos);
   big.rate = 100;
   big.prompt_tokens = 1000;
   CHECK(!make(big).empty());
