@@ -75,7 +75,7 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   // charge and route it.
   const bool keep_text = cfg_pool.executor == config::executor_kind::remote;
   if (!r.prompt_text.empty()) {
-    const auto ids = rt.tokenizer->encode(r.prompt_text);
+    const auto ids = r.prompt_specials ? rt.tokenizer->encode_special(r.prompt_text) : rt.tokenizer->encode(r.prompt_text);
     r.prompt.assign(ids.begin(), ids.end());
     if (!keep_text) r.prompt_text.clear();
   } else if (!r.messages.empty() || r.prompt.empty()) {

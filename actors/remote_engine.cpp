@@ -49,6 +49,7 @@ std::pair<std::string, std::string> upstream_body(const request& r, const pool_r
     // A completion (or a request that arrived as tokens): the prompt as text.
     path = "/completions";
     std::string text = r.prompt_text;
+    if (!text.empty() && !r.prompt_specials) b["add_special_tokens"] = false;  // asked so; the upstream's default is true
     if (text.empty())
       for (const auto id : r.prompt) text += pool.tokenizer->decode(id);
     b["prompt"] = std::move(text);

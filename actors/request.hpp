@@ -116,6 +116,9 @@ struct request {
   std::string chat_json;
   std::int64_t created_unix = 0;  ///< when the front took it (the template's strftime_now)
   std::string prompt_text;  ///< /v1/completions: tokenized as it is, no template
+  /// prompt_text gets the special tokens its tokenizer adds around a text (Llama's BOS), as
+  /// vLLM's add_special_tokens, true by default for /v1/completions
+  bool prompt_specials = true;
   engine::token_list prompt;  ///< shared by the request's copies
   caf::actor sink;   ///< receives stream_tokens (or stream_batch), then one stream_end or stream_error
   /// Its end means the client went away and the request is cancelled wherever it runs (null:
@@ -128,7 +131,7 @@ struct request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request& x) {
   return f(caf::meta::type_name("request"), x.id, x.team, x.model, x.version, x.priority, x.sampling,
-           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt_text, x.prompt, x.sink, x.client, x.owner,
+           x.conversation_id, x.messages, x.chat_json, x.created_unix, x.prompt_text, x.prompt_specials, x.prompt, x.sink, x.client, x.owner,
            x.attempt);
 }
 

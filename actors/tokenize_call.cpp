@@ -64,8 +64,10 @@ tokenize_result run_tokenize(const admission_state& st, const tokenize_request& 
     r.messages = turns_of(q.chat_json);
     if (auto e = rt.render(r, text)) return failed(errc::invalid_request, "The chat template rejected the messages: " + *e, "messages");
   }
-  const auto ids = rt.tokenizer->encode(text);
+  const auto ids = q.add_special ? rt.tokenizer->encode_special(text) : rt.tokenizer->encode(text);
   out.tokens.assign(ids.begin(), ids.end());
+  if (q.token_strs)
+    for (const auto id : ids) out.token_strs.push_back(rt.tokenizer->piece(id));
   out.text = std::move(text);
   return out;
 }

@@ -21,6 +21,8 @@ struct tokenize_request {
   std::string chat_json;             ///< ... or render this conversation first
   std::int64_t created_unix = 0;     ///< strftime_now in the template
   std::vector<std::int32_t> tokens;  ///< detokenize these
+  bool add_special = false;          ///< the tokenizer's special tokens around the text (a BOS)
+  bool token_strs = false;           ///< answer each token's vocabulary string too
 };
 
 struct tokenize_result {
@@ -30,6 +32,7 @@ struct tokenize_result {
   std::string param;
   std::vector<std::int32_t> tokens;
   std::string text;  ///< the rendered prompt, or the detokenized text
+  std::vector<std::string> token_strs;  ///< when asked
   std::int64_t max_model_len = 0;
 };
 

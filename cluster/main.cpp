@@ -46,7 +46,7 @@ constexpr std::string_view kUsage =
     "                                          the sizing model: KV bytes, step time, knee, batch at\n"
     "                                          the SLO, prefill, fleet and cost (seed 001's assumptions\n"
     "                                          unless a file or flag changes them)\n"
-    "  kiln tokenize --model-dir DIR (--chat FILE | --text TEXT | --corpus FILE) [--template FILE] [--json]\n"
+    "  kiln tokenize --model-dir DIR (--chat FILE | --text TEXT [--add-special-tokens] | --corpus FILE) [--template FILE] [--json]\n"
     "                                          a model's chat template and tokenizer: the rendered\n"
     "                                          prompt and its token ids (a chat file: messages, or\n"
     "                                          an object with messages, tools, ...)\n"

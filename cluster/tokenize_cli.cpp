@@ -19,6 +19,7 @@ struct options {
   std::string model_dir, template_file, chat_file, corpus_file, text;
   bool has_text = false;
   bool as_json = false;
+  bool add_special = false;  ///< --text: the post-processor's special tokens too (a BOS, say)
   std::time_t now = std::time(nullptr);
 };
 
@@ -101,6 +102,7 @@ int run_tokenize(const std::vector<std::string>& args, std::ostream& out, std::o
     else if (f == "--text") o.text = args[++i], o.has_text = true;
     else if (f == "--now") o.now = static_cast<std::time_t>(std::atoll(args[++i].c_str()));
     else if (f == "--json") o.as_json = true;
+    else if (f == "--add-special-tokens") o.add_special = true;
     else return err << "kiln tokenize: unknown option '" << f << "'\n", 2;
   }
   if (o.model_dir.empty()) return err << "kiln tokenize: --model-dir is required\n", 2;
@@ -111,7 +113,7 @@ int run_tokenize(const std::vector<std::string>& args, std::ostream& out, std::o
   const loaded& l = std::get<loaded>(ld);
 
   if (o.has_text) {
-    const auto ids = l.tok->encode(o.text);
+    const auto ids = o.add_special ? l.tok->encode_special(o.text) : l.tok->encode(o.text);
     if (o.as_json) out << json{{"ids", ids_json(ids)}, {"count", ids.size()}}.dump() << "\n";
     else out << "ids: " << ids_json(ids).dump() << "\ncount: " << ids.size() << "\n";
     return 0;
@@ -134,7 +136,9 @@ int run_tokenize(const std::vector<std::string>& args, std::ostream& out, std::o
   json result{{"texts", json::array()}, {"chats", json::array()}};
   for (const auto& t : doc.value("texts", json::array())) {
     if (!t.is_object() || !t.contains("text") || !t["text"].is_string()) return fail(err, path + ": a text needs a \"text\" string");
-    result["texts"].push_back(json{{"name", t.value("name", "")}, {"ids", ids_json(l.tok->encode(t["text"].get<std::string>()))}});
+    const std::string& text = t["text"].get_ref<const std::string&>();
+    result["texts"].push_back(json{{"name", t.value("name", "")}, {"ids", ids_json(l.tok->encode(text))},
+                                   {"special_ids", ids_json(l.tok->encode_special(text))}});
   }
   for (const auto& c : doc.value("chats", json::array())) {
     if (!c.is_object()) return fail(err, path + ": a chat must be an object");

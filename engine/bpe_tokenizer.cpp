@@ -176,6 +176,55 @@ std::vector<std::string> bpe(std::vector<std::string> syms, const std::unordered
   return out;
 }
 
+// The special tokens a post_processor puts around one sequence, as Hugging Face's encode
+// with add_special_tokens: TemplateProcessing's "single" (also inside a Sequence of
+// processors), BertProcessing's and RobertaProcessing's cls and sep. The rest (ByteLevel: its
+// offsets only) add none. The ids come from the processor itself, as in the reference.
+std::optional<std::string> read_post_processor(const json& p, std::vector<token_id>& prefix, std::vector<token_id>& suffix) {
+  if (p.is_null()) return std::nullopt;
+  if (!p.is_object()) return std::string("post_processor is not an object");
+  const std::string type = p.value("type", std::string());
+  if (type == "Sequence") {
+    if (!p.contains("processors") || !p["processors"].is_array()) return std::string("post_processor Sequence without processors");
+    for (const json& q : p["processors"])
+      if (auto e = read_post_processor(q, prefix, suffix)) return e;
+    return std::nullopt;
+  }
+  const auto id_of = [](const json& pair, std::vector<token_id>& out) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer() || pair[1].get<std::int64_t>() < 0 ||
+        pair[1].get<std::int64_t>() > (1 << 24))
+      return false;
+    out.push_back(pair[1].get<token_id>());
+    return true;
+  };
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    if (!id_of(p.value("cls", json()), prefix) || !id_of(p.value("sep", json()), suffix))
+      return type + " needs cls and sep as [token, id]";
+    return std::nullopt;
+  }
+  if (type != "TemplateProcessing") return std::nullopt;
+  if (!p.contains("single") || !p["single"].is_array()) return std::string("TemplateProcessing without a single template");
+  const json specials = p.value("special_tokens", json::object());
+  bool after = false;
+  for (const json& piece : p["single"]) {
+    if (piece.is_object() && piece.contains("Sequence")) {
+      after = true;
+      continue;
+    }
+    const json name = piece.is_object() && piece.contains("SpecialToken") ? piece["SpecialToken"].value("id", json()) : json();
+    if (!name.is_string()) return std::string("TemplateProcessing holds a piece that is neither SpecialToken nor Sequence");
+    const json entry = specials.is_object() ? specials.value(name.get<std::string>(), json()) : json();
+    if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array())
+      return "TemplateProcessing names the special token '" + name.get<std::string>() + "' without its ids";
+    for (const json& id : entry["ids"]) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 24))
+        return "TemplateProcessing gives '" + name.get<std::string>() + "' an id that is not valid";
+      (after ? suffix : prefix).push_back(id.get<token_id>());
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 const std::string& byte_to_unicode(unsigned char b) { return byte_table()[b]; }
@@ -234,6 +283,8 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
   std::stable_sort(t->added_.begin(), t->added_.end(), [](const added& a, const added& b) { return a.content.size() > b.content.size(); });
   for (std::size_t k = 0; k < t->added_.size(); ++k)
     t->added_by_byte_[static_cast<unsigned char>(t->added_[k].content[0])].push_back(static_cast<std::uint32_t>(k));
+
+  if (auto e = read_post_processor(j.value("post_processor", json()), t->prefix_, t->suffix_)) return *e;
 
   // Byte-level or Metaspace, read from the pre-tokenizer (and a Llama 2 style normalizer).
   std::string pattern;
@@ -440,6 +491,19 @@ std::vector<token_id> bpe_tokenizer::encode(std::string_view text) const {
   }
   encode_plain(text.substr(plain), first, out);
   return out;
+}
+
+std::vector<token_id> bpe_tokenizer::encode_special(std::string_view text) const {
+  std::vector<token_id> out = prefix_;
+  const std::vector<token_id> ids = encode(text);
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), suffix_.begin(), suffix_.end());
+  return out;
+}
+
+std::string bpe_tokenizer::piece(token_id id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= id_to_token_.size()) return {};
+  return id_to_token_[static_cast<std::size_t>(id)];
 }
 
 std::string bpe_tokenizer::decode(token_id id) const {

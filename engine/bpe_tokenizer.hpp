@@ -27,6 +27,10 @@ class bpe_tokenizer final : public tokenizer {
   ~bpe_tokenizer() override;
 
   std::vector<token_id> encode(std::string_view text) const override;
+  /// As encode, with the special tokens tokenizer.json's post_processor adds (Llama's BOS).
+  std::vector<token_id> encode_special(std::string_view text) const override;
+  /// The vocabulary's own string of one token ("Ġthe" in byte-level vocabularies).
+  std::string piece(token_id id) const override;
   /// Bytes of one token (special tokens decode to nothing); may be part of a UTF-8 character.
   std::string decode(token_id id) const override;
   token_id eos() const override { return eos_; }
@@ -68,6 +72,7 @@ class bpe_tokenizer final : public tokenizer {
   std::vector<added> added_;  ///< longest first
   std::array<std::vector<std::uint32_t>, 256> added_by_byte_;  ///< indexes into added_ by first byte
   std::vector<bool> special_;
+  std::vector<token_id> prefix_, suffix_;  ///< the post_processor's special tokens around a text
   void* regex_ = nullptr;     ///< pcre2_code*, the pre-tokenizer split pattern
 };
 

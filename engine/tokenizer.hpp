@@ -14,6 +14,11 @@ class tokenizer {
  public:
   virtual ~tokenizer() = default;
   virtual std::vector<token_id> encode(std::string_view text) const = 0;
+  /// As encode, with the special tokens the tokenizer adds around a text (a BOS, say): what
+  /// Hugging Face's encode gives with add_special_tokens. None unless the tokenizer says so.
+  virtual std::vector<token_id> encode_special(std::string_view text) const { return encode(text); }
+  /// The vocabulary's own string of one token (vLLM's token_strs); its text where none other.
+  virtual std::string piece(token_id id) const { return decode(id); }
   /// Text of one token as it appears in a stream (leading space included where it has one).
   virtual std::string decode(token_id id) const = 0;
   virtual token_id eos() const = 0;

@@ -359,6 +359,9 @@ std::variant<completion_params, api_error> parse_completion_request(std::string_
     } else if (key == "echo") {
       if (!v.is_null() && !v.is_boolean()) return invalid("'echo' must be a boolean.", "echo");
       out.echo = v.is_boolean() && v.get<bool>();
+    } else if (key == "add_special_tokens") {
+      if (!v.is_null() && !v.is_boolean()) return invalid("'add_special_tokens' must be a boolean.", key);
+      out.add_special_tokens = !v.is_boolean() || v.get<bool>();
     } else if (key == "logprobs") {
       if (!v.is_null())
         if (auto e = read_int(v, "logprobs", 0, 20, out.common.logprobs)) return *e;

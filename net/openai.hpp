@@ -54,6 +54,7 @@ struct completion_params {
   std::string prompt_text;
   std::vector<std::int32_t> prompt_ids;
   bool echo = false;
+  bool add_special_tokens = true;  ///< vLLM's: a text prompt gets its tokenizer's BOS (if any)
   bool prompt_logprobs = false;  ///< echo with logprobs: the prompt's tokens' too
 };
 std::variant<completion_params, api_error> parse_completion_request(std::string_view body);

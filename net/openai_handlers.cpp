@@ -301,6 +301,7 @@ void handle_completion(front& f, const std::shared_ptr<exchange>& ex) {
   if (!common_request(f, ex, p.common, r)) return;
   r.prompt = std::move(p.prompt_ids);
   r.prompt_text = p.prompt_text;
+  r.prompt_specials = p.add_special_tokens;
   r.sampling.prompt_logprobs = p.prompt_logprobs;
   completion_meta meta{"cmpl-" + r.id.str(), unix_now(), p.common.model, true};
   auto call = std::make_shared<chat_call>(f, ex, p.common.stream, p.common.include_usage, std::move(meta), tool_format::none);

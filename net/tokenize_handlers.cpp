@@ -22,9 +22,10 @@ using json = nlohmann::ordered_json;
 constexpr auto kTimeout = std::chrono::seconds(10);
 
 void ask_admission(front& f, const std::shared_ptr<exchange>& ex, actors::tokenize_request q, bool detokenize) {
+  const bool want_strs = q.token_strs;
   auto admission = caf::actor_cast<caf::actor>(f.deps.sys->registry().get(actors::admission_name));
   actors::ask<actors::tokenize_result>(
-      *f.deps.sys, admission, std::move(q), kTimeout, [&f, ex, detokenize](caf::expected<actors::tokenize_result> r) {
+      *f.deps.sys, admission, std::move(q), kTimeout, [&f, ex, detokenize, want_strs](caf::expected<actors::tokenize_result> r) {
         if (!r) return answer_failure(f, ex, r.error(), "admission");
         if (!r->ok) return answer_error(ex, to_api_error(r->code, r->message, r->param));
         nlohmann::json body;
@@ -33,6 +34,7 @@ void ask_admission(front& f, const std::shared_ptr<exchange>& ex, actors::tokeni
         } else {
           body = {{"count", r->tokens.size()}, {"max_model_len", r->max_model_len}, {"tokens", r->tokens},
                   {"token_strs", nullptr}, {"prompt", r->text}};
+          if (want_strs) body["token_strs"] = r->token_strs;
         }
         ex->post([ex, text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)]() mutable {
           ex->respond(200, std::move(text));
@@ -40,7 +42,12 @@ void ask_admission(front& f, const std::shared_ptr<exchange>& ex, actors::tokeni
       });
 }
 
-// {model, prompt} or {model, messages, add_generation_prompt, tools, chat_template_kwargs}.
+// The booleans both forms take; null or absent keeps the default.
+constexpr const char* kFlags[] = {"add_special_tokens", "return_token_strs", "add_generation_prompt", "continue_final_message"};
+
+// {model, prompt} or {model, messages, add_generation_prompt, tools, chat_template_kwargs};
+// either with add_special_tokens (as vLLM: true for a prompt, false for messages, whose
+// template writes its own) and return_token_strs.
 void tokenize(front& f, const std::shared_ptr<exchange>& ex) {
   json body;
   if (auto why = parse_json_object(ex->request().body, body)) return answer_bad_request(ex, *why, "");
@@ -50,9 +57,20 @@ void tokenize(front& f, const std::shared_ptr<exchange>& ex) {
   q.model = body["model"].get<std::string>();
   const bool has_prompt = body.contains("prompt"), has_messages = body.contains("messages");
   if (has_prompt == has_messages) return answer_bad_request(ex, "Give either 'prompt' or 'messages'.", "prompt");
+  for (const char* k : kFlags)
+    if (body.contains(k) && !body[k].is_null() && !body[k].is_boolean())
+      return answer_bad_request(ex, std::string("'") + k + "' must be a boolean.", k);
+  const auto flag = [&body](const char* k, bool otherwise) {
+    return body.contains(k) && body[k].is_boolean() ? body[k].get<bool>() : otherwise;
+  };
+  q.add_special = flag("add_special_tokens", has_prompt);
+  q.token_strs = flag("return_token_strs", false);
   if (has_prompt) {
     if (!body["prompt"].is_string()) return answer_bad_request(ex, "'prompt' must be a string.", "prompt");
     q.prompt = body["prompt"].get<std::string>();
+    for (auto it = body.begin(); it != body.end(); ++it)
+      if (it.key() != "model" && it.key() != "prompt" && it.key() != "add_special_tokens" && it.key() != "return_token_strs")
+        return answer_bad_request(ex, "Unrecognized request argument supplied: " + it.key(), it.key());
   } else {
     // The chat fields through the chat completion's own checks; the rest are template variables.
     json chat = {{"model", q.model}, {"messages", body["messages"]}};

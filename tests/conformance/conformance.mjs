@@ -80,9 +80,9 @@ function token(cfg, key) {
 async function reference(dir, corpus, templateFile) {
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
   const tok = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
-  const ids = async (text) => (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
+  const ids = async (text, addSpecialTokens = false) => (await tok.encode(text, null, { addSpecialTokens })).getIds();
   const out = { texts: [], chats: [] };
-  for (const t of corpus.texts) out.texts.push({ name: t.name, ids: await ids(t.text) });
+  for (const t of corpus.texts) out.texts.push({ name: t.name, ids: await ids(t.text), special_ids: await ids(t.text, true) });
   let source = templateFile ? fs.readFileSync(templateFile, 'utf8') : cfg.chat_template;
   if (Array.isArray(source)) source = (source.find((t) => t.name === 'default') || {}).template;
   const tmpl = new Template(source);
@@ -150,6 +150,9 @@ for (const fam of families) {
     const k = mine.texts[i];
     const at = firstDiff(r.ids, k.ids);
     if (at >= 0) bad.push(`text ${r.name}: ids differ at ${at}: reference ${JSON.stringify(r.ids.slice(at, at + 6))} kiln ${JSON.stringify(k.ids.slice(at, at + 6))}`);
+    // With the post-processor's special tokens (a BOS), as /v1/completions tokenizes a prompt.
+    const sat = firstDiff(r.special_ids, k.special_ids);
+    if (sat >= 0) bad.push(`text ${r.name}: ids with special tokens differ at ${sat}: reference ${JSON.stringify(r.special_ids.slice(sat, sat + 6))} kiln ${JSON.stringify(k.special_ids.slice(sat, sat + 6))}`);
   });
   ref.chats.forEach((r, i) => {
     const k = mine.chats[i];

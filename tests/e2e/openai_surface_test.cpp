@@ -205,3 +205,88 @@ TEST_CASE("e2e openai fuzz: mutated completions, tokenize and tool requests are 
   CHECK(request(p.port(), "GET", "/healthz").status == 200);
   CHECK(request(p.port(), "POST", valid[0].first, valid[0].second, kAuth).status == 200);
 }
+
+TEST_CASE("e2e openai: a tokenizer's BOS (its post_processor) on /v1/completions and /tokenize, as vLLM adds it") {
+  char tmpl[] = "/tmp/kiln-e2e-bos-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string dir = root + "/tiny";
+  REQUIRE(std::system((std::string(kiln_binary()) + " make-tiny-model " + dir + " >/dev/null").c_str()) == 0);
+  int bos = -1;
+  {
+    std::ifstream in(dir + "/tokenizer.json");
+    json tok = json::parse(in);
+    for (const auto& a : tok["added_tokens"])
+      if (a["content"] == "<|endoftext|>") bos = a["id"];
+    tok["post_processor"] = {{"type", "TemplateProcessing"},
+                             {"single", json::array({{{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}},
+                                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                             {"special_tokens", {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {bos}}}}}}};
+    std::ofstream(dir + "/tokenizer.json") << tok.dump();
+  }
+  REQUIRE(bos >= 0);
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", dir, false));
+  const auto post = [&](const char* path, const std::string& body) {
+    const http_response r = request(p.port(), "POST", path, body, kAuth);
+    INFO(body << " -> " << r.body);
+    return std::make_pair(r.status, json::parse(r.body, nullptr, false));
+  };
+  // /tokenize: a prompt gets the BOS unless asked not to; token_strs are the vocabulary's.
+  const auto [s1, with] = post("/tokenize", R"({"model":"tiny-chat","prompt":"the kiln fires","return_token_strs":true})");
+  REQUIRE(s1 == 200);
+  const auto [s2, without] = post("/tokenize", R"({"model":"tiny-chat","prompt":"the kiln fires","add_special_tokens":false})");
+  REQUIRE(s2 == 200);
+  REQUIRE(with["tokens"].size() == without["tokens"].size() + 1);
+  CHECK(with["tokens"][0] == bos);
+  CHECK(std::equal(without["tokens"].begin(), without["tokens"].end(), with["tokens"].begin() + 1));
+  CHECK(without["token_strs"].is_null());
+  REQUIRE(with["token_strs"].size() == with["tokens"].size());
+  CHECK(with["token_strs"][0] == "<|endoftext|>");
+  std::string pieces;
+  for (std::size_t i = 1; i < with["token_strs"].size(); ++i) pieces += with["token_strs"][i].get<std::string>();
+  CHECK(pieces == "theĠkilnĠfires");  // byte-level: a space is Ġ in the vocabulary
+  // Messages: the template writes its own; add_special_tokens true puts the BOS before it.
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  const auto [s3, chat] = post("/tokenize", R"({"model":"tiny-chat",)" + msgs + "}");
+  const auto [s4, chat_bos] = post("/tokenize", R"({"model":"tiny-chat","add_special_tokens":true,)" + msgs + "}");
+  REQUIRE(s3 == 200);
+  REQUIRE(s4 == 200);
+  CHECK(chat["tokens"][0] != bos);
+  CHECK(chat_bos["count"].get<int>() == chat["count"].get<int>() + 1);
+  CHECK(chat_bos["tokens"][0] == bos);
+  // The chat completion counts the template's tokens only; a completion the BOS too.
+  const auto [s5, answer] = post("/v1/chat/completions", R"({"model":"tiny-chat","max_tokens":2,)" + msgs + "}");
+  REQUIRE(s5 == 200);
+  CHECK(answer["usage"]["prompt_tokens"] == chat["count"]);
+  const auto [s6, plain] = post("/v1/completions", R"({"model":"tiny-chat","prompt":"the kiln fires","max_tokens":2})");
+  const auto [s7, raw] =
+      post("/v1/completions", R"({"model":"tiny-chat","prompt":"the kiln fires","max_tokens":2,"add_special_tokens":false})");
+  const auto [s8, ids] = post("/v1/completions", R"({"model":"tiny-chat","max_tokens":2,"prompt":)" + without["tokens"].dump() + "}");
+  REQUIRE(s6 == 200);
+  REQUIRE(s7 == 200);
+  REQUIRE(s8 == 200);
+  CHECK(plain["usage"]["prompt_tokens"] == with["count"]);
+  CHECK(raw["usage"]["prompt_tokens"] == without["count"]);
+  CHECK(ids["usage"]["prompt_tokens"] == without["count"]);  // token ids go as they are
+  // Echo with logprobs: the BOS is the first prompt token (unscored); the text is the prompt's.
+  const auto [s9, echoed] =
+      post("/v1/completions", R"({"model":"tiny-chat","prompt":"the kiln fires","max_tokens":1,"echo":true,"logprobs":0})");
+  REQUIRE(s9 == 200);
+  const json& lp = echoed["choices"][0]["logprobs"];
+  CHECK(echoed["choices"][0]["text"].get<std::string>().rfind("the kiln fires", 0) == 0);
+  REQUIRE(lp["token_logprobs"].size() == with["tokens"].size() + 1);
+  CHECK(lp["token_logprobs"][0].is_null());
+  CHECK(lp["token_logprobs"][1].is_number());
+  // Flags that are not booleans, and unknown keys beside a prompt, are 400s naming them.
+  for (const char* bad : {R"({"model":"tiny-chat","prompt":"x","add_special_tokens":"yes"})",
+                          R"({"model":"tiny-chat","prompt":"x","return_token_strs":1})",
+                          R"({"model":"tiny-chat","add_generation_prompt":"banana","messages":[{"role":"user","content":"x"}]})",
+                          R"({"model":"tiny-chat","prompt":"x","add_generation_prompt":true})"}) {
+    const auto [status, e] = post("/tokenize", bad);
+    CHECK(status == 400);
+    CHECK(e["error"]["param"].is_string());
+  }
+  const auto [s10, e10] = post("/v1/completions", R"({"model":"tiny-chat","prompt":"x","add_special_tokens":0})");
+  CHECK(s10 == 400);
+  CHECK(e10["error"]["param"] == "add_special_tokens");
+  std::filesystem::remove_all(root);
+}

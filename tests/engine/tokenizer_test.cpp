@@ -174,6 +174,56 @@ TEST_CASE("tokenizer.json errors are one line") {
             .find("does not compile") != std::string::npos);
   CHECK(err(R"({"pre_tokenizer":{"type":"Whitespace"},"model":{"vocab":{"a":0}}})") ==
         "pre_tokenizer type 'Whitespace' is not supported");
+  // A post_processor that cannot say which ids it adds.
+  const std::string model = R"(,"pre_tokenizer":{"type":"ByteLevel"},"model":{"vocab":{"a":0}}})";
+  CHECK(err(R"({"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>"}},)"
+            R"({"Sequence":{"id":"A"}}],"special_tokens":{}})" + model) ==
+        "TemplateProcessing names the special token '<s>' without its ids");
+  CHECK(err(R"({"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>"}}],)"
+            R"("special_tokens":{"<s>":{"ids":[-1]}}})" + model) == "TemplateProcessing gives '<s>' an id that is not valid");
+  CHECK(err(R"({"post_processor":{"type":"TemplateProcessing","single":[{"Pair":{}}]})" + model) ==
+        "TemplateProcessing holds a piece that is neither SpecialToken nor Sequence");
+  CHECK(err(R"({"post_processor":{"type":"Sequence"})" + model) == "post_processor Sequence without processors");
+  CHECK(err(R"({"post_processor":{"type":"BertProcessing","cls":["[CLS]",1]})" + model) ==
+        "BertProcessing needs cls and sep as [token, id]");
+  CHECK(err(R"({"post_processor":7)" + model) == "post_processor is not an object");
+}
+
+TEST_CASE("the post_processor's special tokens come with encode_special only; piece is the vocabulary's string") {
+  json v = byte_vocab();
+  v["Ġthe"] = 302;
+  json j = byte_level_json(v, json::array({"Ġ t", "h e"}), kGpt2Pre);
+  // None (null, or ByteLevel alone): encode_special is encode.
+  auto bare = make(j);
+  CHECK(bare->encode_special("a the") == bare->encode("a the"));
+  j["post_processor"] = {{"type", "ByteLevel"}, {"trim_offsets", false}};
+  CHECK(make(j)->encode_special("a") == std::vector<token_id>{'a'});
+  // Llama 3: a BOS, inside a Sequence after ByteLevel; the ids are the processor's own.
+  const json bos = {{"type", "TemplateProcessing"},
+                    {"single", json::array({{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                                            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                    {"special_tokens", {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {1000}}, {"tokens", {"<|im_start|>"}}}}}}};
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({{{"type", "ByteLevel"}}, bos})}};
+  auto llama = make(j);
+  CHECK(llama->encode("a") == std::vector<token_id>{'a'});
+  CHECK(llama->encode_special("a") == std::vector<token_id>{1000, 'a'});
+  CHECK(llama->encode_special("") == std::vector<token_id>{1000});
+  // Tokens after the sequence go after the text; a special token may stand for several ids.
+  json both = bos;
+  both["single"].push_back({{"SpecialToken", {{"id", "<|im_end|>"}}}});
+  both["special_tokens"]["<|im_end|>"] = {{"id", "<|im_end|>"}, {"ids", {1001, 1000}}};
+  j["post_processor"] = both;
+  CHECK(make(j)->encode_special("a") == std::vector<token_id>{1000, 'a', 1001, 1000});
+  // BERT and RoBERTa: cls before, sep after.
+  j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<|im_start|>", 1000}}, {"sep", {"<|im_end|>", 1001}}};
+  CHECK(make(j)->encode_special("a") == std::vector<token_id>{1000, 'a', 1001});
+  // piece: the vocabulary's string, where decode gives the text (or nothing, for a special).
+  CHECK(llama->piece(302) == "Ġthe");
+  CHECK(llama->decode(302) == " the");
+  CHECK(llama->piece(1000) == "<|im_start|>");
+  CHECK(llama->decode(1000).empty());
+  CHECK(llama->piece(-1).empty());
+  CHECK(llama->piece(5000).empty());
 }
 
 namespace {

@@ -189,6 +189,16 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
   CHECK(sent["seed"] == 5);
   CHECK(sent["messages"][0]["content"] == "hello upstream");
   CHECK(fake.last_auth() == "Bearer up-key");
+  // A completion goes as text; add_special_tokens travels only where the client turned it off.
+  for (const bool specials : {true, false}) {
+    const std::string body = std::string(R"({"model":"chat-7b","prompt":"plain text","max_tokens":3)") +
+                             (specials ? "}" : R"(,"add_special_tokens":false})");
+    REQUIRE(request(front.port(), "POST", "/v1/completions", body, kSearch).status == 200);
+    const json went = json::parse(fake.last_body());
+    CHECK(went["prompt"] == "plain text");
+    CHECK(went.contains("add_special_tokens") == !specials);
+    if (!specials) CHECK(went["add_special_tokens"] == false);
+  }
 
   // A streaming client that vanishes: its upstream request closes at once.
   fake.tokens = 400;
@@ -198,7 +208,7 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
     first_content(c, chat_body("long", 400, true));
   }
   CHECK(eventually([&] { return fake.abandoned == 1; }, 3s));
-  CHECK(fake.finished == 1);
+  CHECK(fake.finished == 3);  // the chat and the two completions above
 }
 
 TEST_CASE("an upstream that dies: retried elsewhere before the first token, one error event after it") {
