@@ -52,6 +52,19 @@ bool bad_transfer_encoding(const http::request_parser<http::string_body>& p) {
   return last != "chunked";
 }
 
+// RFC 9112 3.2.2: a server takes a request target in absolute form ("http://host/v1/models",
+// as a proxy forwards it) as the origin form of its path.
+std::string origin_form(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size() || lower(target.substr(0, scheme.size())) != scheme) continue;
+    const auto rest = target.substr(scheme.size());
+    const auto at = rest.find_first_of("/?");
+    if (at == std::string_view::npos) return "/";
+    return (rest[at] == '?' ? "/" : "") + std::string(rest.substr(at));  // "http://host?q": the root's query
+  }
+  return std::string(target);
+}
+
 class connection_impl;
 
 // The exchange a handler holds: every call checks that its request is still the one in
@@ -292,10 +305,10 @@ class connection_impl final : public connection, public std::enable_shared_from_
     if (parser_ && parser_->is_header_done()) {
       const auto& req = parser_->get();
       r.method = std::string(req.method_string());
-      const std::string_view target(req.target().data(), req.target().size());
+      const std::string target = origin_form(std::string_view(req.target().data(), req.target().size()));
       const auto q = target.find('?');
-      r.path = std::string(target.substr(0, q));
-      if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
+      r.path = target.substr(0, q);
+      if (q != std::string::npos) r.query = target.substr(q + 1);
       r.version = req.version();
       for (const auto& f : req)
         r.headers.emplace_back(lower(std::string_view(f.name_string().data(), f.name_string().size())), std::string(f.value()));

@@ -1,5 +1,5 @@
 // kiln as a hostile client finds it: slow readers, descriptor exhaustion, HTTP/1.0 streams,
-// odd transfer codings, bodies without keys, health while draining, the access log of
+// odd transfer codings, request targets in absolute form, bodies without keys, health while draining, the access log of
 // aborted requests, NaN in config, and /metrics under promtool.
 #include <doctest/doctest.h>
 
@@ -210,6 +210,26 @@ TEST_CASE("hostile: a Transfer-Encoding whose last coding is not chunked gets 40
     CHECK(c.closed_within(2000));
   }
   CHECK(request(p.port(), "GET", "/healthz").status == 200);
+}
+
+TEST_CASE("hostile: a request target in absolute form (as a proxy sends it) is served as its path") {
+  kiln_process p(test_config(1));
+  http_conn c(p.port());
+  for (const char* target : {"http://127.0.0.1/v1/models", "HTTPS://kiln.example:443/v1/models?x=1", "http://h/healthz"}) {
+    CAPTURE(target);
+    c.send_raw(std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-search\r\n\r\n");
+    const http_response r = c.read_response();
+    CHECK(r.status == 200);
+  }
+  // Without a path it is the root (no route), and a scheme alone is no absolute form.
+  const std::pair<const char*, const char*> unknown[] = {{"http://h", "GET /."}, {"http://h?q=1", "GET /."}, {"http:/v1/models", "GET http:/v1/models."}};
+  for (const auto& [target, seen] : unknown) {
+    CAPTURE(target);
+    c.send_raw(std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-search\r\n\r\n");
+    const http_response r = c.read_response();
+    CHECK(r.status == 404);
+    CHECK(r.body.find(std::string("Unknown request URL: ") + seen) != std::string::npos);
+  }
 }
 
 TEST_CASE("hostile: authentication comes first: no key means 401 whatever the body, and a big body is never read") {
