@@ -1,6 +1,6 @@
 // kiln as a hostile client finds it: slow readers, descriptor exhaustion, HTTP/1.0 streams,
-// odd transfer codings, request targets in absolute form, bodies without keys, health while draining, the access log of
-// aborted requests, NaN in config, and /metrics under promtool.
+// odd transfer codings, request targets in absolute form, bodies without keys, health while
+// draining, the access log of aborted requests, NaN in config, and /metrics under promtool.
 #include <doctest/doctest.h>
 
 #include <signal.h>
