@@ -100,7 +100,7 @@ void act(stateful* self, const pool_view& v) {
            (r.replica_id.size() == last->replica_id.size() && r.replica_id > last->replica_id)))
         last = &r;
     if (last) {
-      self->request(st.d.pool, std::chrono::seconds(3), drain_replica{last->replica_id})
+      self->request(st.d.pool, std::chrono::seconds(3), drain_replica{last->replica_id, false, true})
           .then([](std::string&) {}, [](caf::error&) {});  // answered with its phase
       st.draining.insert(last->replica_id);
       st.last_change = now;

@@ -30,6 +30,7 @@ using coast_atom = caf::atom_constant<caf::atom("coast")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using undrain_atom = caf::atom_constant<caf::atom("undrain")>;
 using state_atom = caf::atom_constant<caf::atom("state")>;
 using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
 using recover_atom = caf::atom_constant<caf::atom("recover")>;

@@ -227,6 +227,7 @@ void remove(stateful* self, const std::string& id) {
   std::erase(st.replica_ids, id);
   st.upstream_of.erase(id);
   std::erase(st.warm_ids, id);
+  st.leaving.erase(id);
   if (const caf::actor router = st.router()) self->send(router, replica_gone{id});
   if (st.d.gauges) st.d.gauges->erase_replica(id);
 }
@@ -308,6 +309,23 @@ caf::result<std::string> ask_replica(stateful* self, const std::string& id, Msg 
   const caf::actor r = self->state.sup.child(id);
   if (!r) return caf::make_error(caf::sec::invalid_argument, "replica " + id + " is not running");
   return pass_on<std::string>(self, r, std::move(msg), std::chrono::seconds(2));
+}
+
+// An operator's drain or resume, or the autoscaler's drain of a replica that then leaves. A
+// replica on its way out (the autoscaler's, or a removed upstream's) is not resumed.
+caf::result<std::string> drain_or_resume(stateful* self, const drain_replica& d) {
+  auto& st = self->state;
+  if (!d.resume) {
+    if (d.leave && st.sup.child(d.replica_id)) st.leaving.insert(d.replica_id);
+    return ask_replica(self, d.replica_id, drain_atom::value);
+  }
+  const bool removed_upstream = st.d.cfg->executor == config::executor_kind::remote && st.sup.child(d.replica_id) &&
+                                !st.upstream_of.count(d.replica_id);
+  if (st.leaving.count(d.replica_id) || removed_upstream)
+    return make_error(errc::conflict, "replica " + d.replica_id + " is leaving the pool (" +
+                                          (removed_upstream ? "its upstream was removed" : "its autoscaler drained it") +
+                                          "); it cannot be resumed");
+  return ask_replica(self, d.replica_id, undrain_atom::value);
 }
 
 // A remote pool starts from the upstreams operators left in the store, else the config's.
@@ -476,7 +494,7 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
                 [self, rp](caf::error&) mutable { rp.deliver(self->state.own_view(self->clock().now())); });
         return rp;
       },
-      [self](drain_replica& d) { return ask_replica(self, d.replica_id, drain_atom::value); },
+      [self](drain_replica& d) { return drain_or_resume(self, d); },
       [self](scale_up_order& o) { scale_up(self, o.add, o.warm); },
       [self](warm_order& o) { keep_warm(self, o.warm); },
       [self](remove_replica& r) { remove(self, r.replica_id); },

@@ -7,6 +7,7 @@
 // period has passed; then it starts them all again.
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,14 +40,18 @@ struct pool_update {
   caf::actor_clock::time_point retry_at;  ///< degraded: when its replicas start again
 };
 
-/// Admin: drain a replica; answers its phase.
+/// Admin: drain a replica, or return one draining or stopped to service (`resume`); answers
+/// its phase. The autoscaler's drains `leave`: such a replica leaves the pool once stopped, and
+/// cannot be resumed.
 struct drain_replica {
   std::string replica_id;
+  bool resume = false;
+  bool leave = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, drain_replica& x) {
-  return f(caf::meta::type_name("drain_replica"), x.replica_id);
+  return f(caf::meta::type_name("drain_replica"), x.replica_id, x.resume, x.leave);
 }
 
 /// Admin, remote pools: add an upstream (a new replica serving from it), remove one (its
@@ -108,6 +113,7 @@ struct pool_state {
   supervisor sup;
   std::vector<std::string> replica_ids;
   std::vector<std::string> warm_ids;  ///< of replica_ids: loaded, held back from routing
+  std::set<std::string> leaving;      ///< of replica_ids: drained to leave (the autoscaler's)
   int warm_target = 0;                ///< as the autoscaler last asked
   int next_replica = 0;  ///< the number the next replica's id gets
   /// Remote pools: the upstream each replica calls, by replica id, and the next replica's.

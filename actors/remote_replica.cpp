@@ -103,6 +103,13 @@ caf::behavior remote_replica(stateful* self, replica_deps deps, caf::actor route
         st.drained = true;
         return std::string(to_string(replica_phase::stopped));
       },
+      [self](undrain_atom) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (st.remote) return pass_on<std::string>(self, st.remote, undrain_atom::value, std::chrono::seconds(2));
+        if (st.drained) self->send(self, place_atom::value);  // placed as it would have been
+        st.drained = false;
+        return std::string(to_string(replica_phase::starting));
+      },
       [self](chaos_order& o) {
         if (o.action == chaos_action::kill) return self->quit(caf::exit_reason::kill);
         if (self->state.remote) self->send(self->state.remote, o);

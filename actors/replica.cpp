@@ -160,6 +160,20 @@ caf::behavior replica(stateful* self, replica_deps deps, caf::actor router) {
         report(self);
         return std::string(to_string(st.phase));
       },
+      [self](undrain_atom) {
+        // Back to service: a draining replica serves on; a stopped (or failed) one starts its
+        // engine again, with fresh KV, and serves once it is ready.
+        auto& st = self->state;
+        if (st.phase == replica_phase::draining) {
+          st.phase = replica_phase::serving;
+        } else if (st.phase == replica_phase::stopped || st.phase == replica_phase::failed) {
+          st.failure.clear();
+          st.sup.start(self, "engine");
+          st.phase = replica_phase::loading;
+        }
+        report(self);
+        return std::string(to_string(st.phase));
+      },
       [self](router_is& r) {
         self->state.router = r.router;
         report(self);

@@ -41,6 +41,7 @@ constexpr const char* kOpsUsage =
     "  scale MODEL VERSION MIN MAX [WARM] [--region R]\n"
     "                                         set a pool's replica bounds and warm replicas\n"
     "  drain REPLICA                          drain a replica\n"
+    "  undrain REPLICA                        return a draining or stopped replica to service\n"
     "  chaos TARGET ID ACTION [SECONDS]       one chaos action (target replica|engine|router)\n";
 
 struct conn {
@@ -320,9 +321,9 @@ int run_ops(const std::vector<std::string>& args, std::ostream& out, std::ostrea
           << cell(reply["warm_replicas"]) << " warm\n";
     });
   }
-  if (cmd == "drain") {
+  if (cmd == "drain" || cmd == "undrain") {
     if (int rc = need(2, a, err)) return rc;
-    return done(call(c, "PUT", "/admin/replicas/" + a[1] + "/drain", nullptr, reply, err),
+    return done(call(c, cmd == "drain" ? "PUT" : "DELETE", "/admin/replicas/" + a[1] + "/drain", nullptr, reply, err),
                 [&] { out << cell(reply["replica_id"]) << ": " << cell(reply["state"]) << "\n"; });
   }
   if (cmd == "chaos") {

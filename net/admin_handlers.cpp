@@ -76,8 +76,10 @@ void pool_state(front& f, const std::shared_ptr<exchange>& ex, const std::string
       });
 }
 
-void drain(front& f, const std::shared_ptr<exchange>& ex, const std::string& id) {
-  actors::ask<std::string>(*f.deps.sys, node_of(f), actors::drain_replica{id}, kAskTimeout,
+// PUT drains a replica; DELETE returns it to service (draining: at once; stopped: its engine
+// starts again). Either answers the phase it is in.
+void drain(front& f, const std::shared_ptr<exchange>& ex, const std::string& id, bool resume) {
+  actors::ask<std::string>(*f.deps.sys, node_of(f), actors::drain_replica{id, resume}, kAskTimeout,
                            [&f, ex, id](caf::expected<std::string> r) {
                              if (!r) return answer_failure(f, ex, r.error(), "node");
                              answer_json(ex, 200, {{"replica_id", id}, {"state", *r}});
@@ -161,7 +163,9 @@ void add_admin_routes(front& f) {
   f.routes.add("GET", "/admin/pools/{model}/state", access::admin,
                [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { pool_state(f, ex, p.get("model")); });
   f.routes.add("PUT", "/admin/replicas/{id}/drain", access::admin,
-               [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { drain(f, ex, p.get("id")); });
+               [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { drain(f, ex, p.get("id"), false); });
+  f.routes.add("DELETE", "/admin/replicas/{id}/drain", access::admin,
+               [&f](const std::shared_ptr<exchange>& ex, const route_params& p) { drain(f, ex, p.get("id"), true); });
   f.routes.add("POST", "/admin/chaos", access::admin,
                [&f](const std::shared_ptr<exchange>& ex, const route_params&) { chaos(f, ex); });
   add_upstream_routes(f);

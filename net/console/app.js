@@ -129,8 +129,11 @@ function renderPools(pools) {
                    el('td', { rowspan: reps.length }, [q.interactive || 0, q.standard || 0, q.batch || 0].join(' / ')));
       }
       if (!r) { row.append(el('td', { colspan: 7 }, 'no replicas')); body.append(row); return; }
+      const drainPath = '/admin/replicas/' + encodeURIComponent(r.replica_id) + '/drain';
+      const out = ['draining', 'stopped', 'failed'].includes(r.state);  // drained: it can be resumed
       const actions = el('td', {},
-        el('button', { class: 'drain', onclick: () => act('Drain ' + r.replica_id, 'PUT', '/admin/replicas/' + encodeURIComponent(r.replica_id) + '/drain') }, 'Drain'),
+        out ? el('button', { class: 'resume', onclick: () => act('Resume ' + r.replica_id, 'DELETE', drainPath) }, 'Resume')
+            : el('button', { class: 'drain', onclick: () => act('Drain ' + r.replica_id, 'PUT', drainPath) }, 'Drain'),
         ' ',
         el('button', { class: 'danger kill', onclick: () => {
           if (confirm('Kill replica ' + r.replica_id + '?'))

@@ -409,6 +409,56 @@ TEST_CASE("lifecycle: drain finishes in-flight work, takes no new, then stops") 
   CHECK(f.ask<std::string>(actors::drain_replica{"no-such-replica"}).error() == caf::sec::invalid_argument);
 }
 
+TEST_CASE("lifecycle: a drained replica resumes: serving on while draining, its engine started again once stopped") {
+  test::node_fixture f(node_config(2));
+  const auto phase_of = [&](const std::string& id) {
+    for (const auto& r : f.pool().replicas)
+      if (r.replica_id == id) return r.phase;
+    return std::string("absent");
+  };
+  auto longest = f.submit(400);
+  f.vt.run_ready();
+  const std::string id = f.busy_replica();
+  REQUIRE(!id.empty());
+  // Draining with a request in flight: resumed at once, it takes new requests again.
+  REQUIRE(f.ask<std::string>(actors::drain_replica{id}) == std::string("draining"));
+  CHECK(f.ask<std::string>(actors::drain_replica{id, true}) == std::string("serving"));
+  f.vt.run_for(1500ms);
+  const auto ranked = [&] {
+    for (const auto& r : f.pool().replicas)
+      if (r.replica_id == id) return r.phase == "serving" && r.in_ranking;
+    return false;
+  };
+  CHECK(ranked());  // the router ranks it again (a drained one it does not)
+  REQUIRE(f.vt.run_until([&] { return longest.rec->terminal(); }, 60s));
+  REQUIRE(longest.rec->ends.size() == 1);
+  CHECK(longest.rec->ends[0].replica_id == id);
+  // Drained until stopped (its engine gone), then resumed: a new engine loads and serves.
+  REQUIRE(f.ask<std::string>(actors::drain_replica{id}) == std::string("draining"));
+  f.vt.run_for(2s);
+  REQUIRE(phase_of(id) == "stopped");
+  for (const auto& e : f.gauges->engines()) CHECK(e.replica_id != id);
+  CHECK(f.ask<std::string>(actors::drain_replica{id, true}) == std::string("loading"));
+  REQUIRE(f.vt.run_until([&] { return phase_of(id) == "serving"; }, 10s));
+  f.vt.run_for(1500ms);  // its next beat puts it back in the ranking
+  const auto engines = f.gauges->engines();
+  CHECK(std::any_of(engines.begin(), engines.end(), [&](const auto& e) {
+    return e.replica_id == id && e.kv_blocks_total > 0 && e.kv_blocks_free == e.kv_blocks_total;  // fresh KV
+  }));
+  CHECK(ranked());
+  std::vector<test::node_fixture::open_request> rs;
+  for (int i = 0; i < 10; ++i) rs.push_back(f.submit(5, "after restart " + std::to_string(i)));
+  REQUIRE(f.vt.run_until([&] { return all_ended(rs); }, 60s));
+  CHECK(std::any_of(rs.begin(), rs.end(), [&](const auto& r) { return r.rec->ends.at(0).replica_id == id; }));
+  // Resuming one that serves changes nothing; one the autoscaler drains to remove is refused.
+  CHECK(f.ask<std::string>(actors::drain_replica{id, true}) == std::string("serving"));
+  REQUIRE(f.ask<std::string>(actors::drain_replica{id, false, true}) == std::string("draining"));
+  const auto refused = f.ask<std::string>(actors::drain_replica{id, true});
+  REQUIRE_FALSE(refused);
+  CHECK(actors::kiln_error(refused.error()) == actors::errc::conflict);
+  CHECK(f.ask<std::string>(actors::drain_replica{"no-such-replica", true}).error() == caf::sec::invalid_argument);
+}
+
 TEST_CASE("lifecycle: restarts past the intensity make the pool degraded (503, Retry-After), then it recovers") {
   auto cfg = node_config(2, 60000, 600000, /*intensity=*/1);
   cfg.pools[0].restart_period_ms = 30000;

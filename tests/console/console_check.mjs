@@ -68,6 +68,14 @@ try {
     return row ? row.querySelector("td.state").textContent : "gone";
   }, first);
   console.log("replica " + first + " after the drain: " + shown);
+  // Resumed from the page, it serves again.
+  await page.click(`#pools tr[data-replica="${first}"] button.resume`);
+  await page.waitForSelector("#notice:has-text('Resume " + first + ": done')");
+  await page.waitForFunction((id) => {
+    const row = document.querySelector(`#pools tr[data-replica="${id}"]`);
+    return row && row.querySelector("td.state").textContent === "serving" && row.querySelector("button.drain");
+  }, first, { timeout: 30000 });
+  console.log("replica " + first + " after resuming: serving");
 
   // A limit set on the page is the limit the API holds.
   const team = await page.getAttribute("#teams tbody tr[data-team]", "data-team");

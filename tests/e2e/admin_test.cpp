@@ -48,7 +48,8 @@ std::string run(const std::string& args, int& exit_code) {
 TEST_CASE("admin: no key is 401, a team key 403, the admin key passes, on every admin route") {
   kiln_process p(test_config(2));
   const std::vector<std::pair<std::string, std::string>> routes = {
-      {"GET", "/admin/pools/chat-7b/state"}, {"PUT", "/admin/replicas/chat-7b-v1-r9/drain"}, {"POST", "/admin/chaos"}};
+      {"GET", "/admin/pools/chat-7b/state"}, {"PUT", "/admin/replicas/chat-7b-v1-r9/drain"}, {"DELETE", "/admin/replicas/chat-7b-v1-r9/drain"},
+      {"POST", "/admin/chaos"}};
   for (const auto& [method, path] : routes) {
     CAPTURE(path);
     CHECK(request(p.port(), method, path).status == 401);
@@ -105,6 +106,33 @@ TEST_CASE("admin: drain: in-flight work finishes, new requests go elsewhere, the
   CHECK(body.find("\"completion_tokens\":150") != std::string::npos);
   CHECK(eventually([&] { return replica(state(p.port()), "chat-7b-v1-r0")["state"] == "stopped"; }, 5s));
   CHECK(request(p.port(), "PUT", "/admin/replicas/nope/drain", "", kAdmin).status == 404);
+  // DELETE undoes it: the stopped replica's engine starts again and it serves once more.
+  const http_response back = request(p.port(), "DELETE", "/admin/replicas/chat-7b-v1-r0/drain", "", kAdmin);
+  REQUIRE(back.status == 200);
+  CHECK(json::parse(back.body)["state"] == "loading");
+  CHECK(eventually([&] { return replica(state(p.port()), "chat-7b-v1-r0")["state"] == "serving"; }, 5s));
+  // With r1 drained in its turn, r0 serves every request; r1 resumed while draining serves on.
+  REQUIRE(request(p.port(), "PUT", "/admin/replicas/chat-7b-v1-r1/drain", "", kAdmin).status == 200);
+  for (int i = 0; i < 4; ++i) {
+    const http_response r = request(p.port(), "POST", "/v1/chat/completions", chat("chat-7b", 3), kTeam);
+    REQUIRE(r.status == 200);
+    CHECK(json::parse(r.body)["replica_id"] == "chat-7b-v1-r0");
+  }
+  // The same through `kiln ops`: r1 back, then drained and back again.
+  // (An idle replica stops at its next beat: resumed, it serves on, or loads again.)
+  const auto resumed = [&] {
+    const ops_result r = run_ops(p.port(), "undrain chat-7b-v1-r1");
+    CHECK(r.status == 0);
+    CHECK((r.out == "chat-7b-v1-r1: serving\n" || r.out == "chat-7b-v1-r1: loading\n"));
+    CHECK(eventually([&] { return replica(state(p.port()), "chat-7b-v1-r1")["state"] == "serving"; }, 5s));
+  };
+  resumed();
+  CHECK(run_ops(p.port(), "drain chat-7b-v1-r1").out == "chat-7b-v1-r1: draining\n");
+  resumed();
+  const ops_result unknown = run_ops(p.port(), "undrain nope");
+  CHECK(unknown.status != 0);
+  CHECK(unknown.out.find("no replica named nope") != std::string::npos);
+  CHECK(request(p.port(), "DELETE", "/admin/replicas/nope/drain", "", kAdmin).status == 404);
 }
 
 TEST_CASE("admin: chaos validates its order, kills what it names, and the pool restarts it") {
