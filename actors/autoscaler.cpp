@@ -69,7 +69,8 @@ void act(stateful* self, const pool_view& v) {
   in.since_last_removal_s = st.changed_once ? std::chrono::duration<double>(now - st.last_change).count() : 1e18;
   for (const auto& r : v.replicas) {
     if (r.warm) continue;  // held back: not capacity until a scale-up promotes it
-    if (st.draining.count(r.replica_id)) {
+    // Its own drains, and those an earlier autoscaler of the pool ordered before it ended.
+    if (st.draining.count(r.replica_id) || r.leaving) {
       if (r.phase == "stopped" || r.phase == "failed") {
         self->send(st.d.pool, remove_replica{r.replica_id});
         st.draining.erase(r.replica_id);
@@ -95,7 +96,7 @@ void act(stateful* self, const pool_view& v) {
     // The newest serving replica goes (the last added: the original ones keep their caches).
     const replica_view* last = nullptr;
     for (const auto& r : v.replicas)
-      if (r.phase == "serving" && !r.warm && !st.draining.count(r.replica_id) &&
+      if (r.phase == "serving" && !r.warm && !r.leaving && !st.draining.count(r.replica_id) &&
           (!last || r.replica_id.size() > last->replica_id.size() ||
            (r.replica_id.size() == last->replica_id.size() && r.replica_id > last->replica_id)))
         last = &r;

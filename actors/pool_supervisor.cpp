@@ -487,6 +487,7 @@ caf::behavior pool_supervisor(stateful* self, pool_deps deps) {
             .then(
                 [self, rp](pool_view& v) mutable {
                   add_warm(self->state, v);
+                  for (auto& r : v.replicas) r.leaving = self->state.leaving.count(r.replica_id) > 0;
                   v.status = std::string(to_string(self->state.status));
                   v.restarts = self->state.sup.restarts();
                   rp.deliver(std::move(v));

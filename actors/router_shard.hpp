@@ -57,12 +57,14 @@ struct replica_view {
   bool in_ranking = false;
   std::uint32_t restarts = 0;
   bool warm = false;  ///< held back from routing by its pool until a scale-up needs it
+  bool leaving = false;  ///< drained by its autoscaler: removed from the pool once stopped
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_view& x) {
   return f(caf::meta::type_name("replica_view"), x.replica_id, x.version, x.phase, x.queue_depth, x.tokens_in_flight,
-           x.last_heartbeat_age_ms, x.missed_heartbeats, x.in_ranking, x.restarts, x.warm);
+           x.last_heartbeat_age_ms, x.missed_heartbeats, x.in_ranking, x.restarts, x.warm,
+           x.leaving);
 }
 
 /// A pool (model@version) as its router and supervisor see it.

@@ -369,6 +369,11 @@ std::variant<std::shared_ptr<bpe_tokenizer>, std::string> bpe_tokenizer::from_js
   t->special_.assign(static_cast<std::size_t>(max_id + 1), false);
   for (const auto& [tok, id] : t->vocab_) t->id_to_token_[static_cast<std::size_t>(id)] = tok;
   for (const auto& a : t->added_) t->special_[static_cast<std::size_t>(a.id)] = a.special;
+  // The post-processor's ids reach the model as any token's: each must be the vocabulary's.
+  for (const auto* ids : {&t->prefix_, &t->suffix_})
+    for (const token_id id : *ids)
+      if (static_cast<std::size_t>(id) >= t->id_to_token_.size() || t->id_to_token_[static_cast<std::size_t>(id)].empty())
+        return "post_processor adds the id " + std::to_string(id) + ", which the vocabulary does not hold";
   return t;
 }
 

@@ -459,6 +459,33 @@ TEST_CASE("lifecycle: a drained replica resumes: serving on while draining, its 
   CHECK(f.ask<std::string>(actors::drain_replica{"no-such-replica", true}).error() == caf::sec::invalid_argument);
 }
 
+TEST_CASE("lifecycle: a replica its autoscaler drained leaves the pool even when that autoscaler dies first") {
+  auto cfg = node_config(3);
+  auto& scale = cfg.pools[0].autoscale;
+  scale.enabled = true;
+  scale.min_replicas = 1;
+  scale.max_replicas = 3;
+  scale.interval_s = 1;
+  scale.down_every_s = 1;
+  test::node_fixture f(cfg);
+  // Idle: the autoscaler drains the newest replica; it is marked as leaving at once.
+  std::string leaving;
+  REQUIRE(f.vt.run_until([&] {
+    for (const auto& r : f.pool().replicas)
+      if (r.leaving) leaving = r.replica_id;
+    return !leaving.empty();
+  }, 30s));
+  CHECK(leaving == "chat-7b-v1-r2");
+  // Its autoscaler dies before it could remove it; the next one finishes the removal.
+  REQUIRE(f.chaos(actors::chaos_target::autoscaler, "chat-7b@v1", actors::chaos_action::kill));
+  CHECK(f.vt.run_until([&] {
+    const auto rs = f.pool().replicas;
+    return std::none_of(rs.begin(), rs.end(), [&](const auto& r) { return r.replica_id == leaving; });
+  }, 30s));
+  const auto refused = f.ask<std::string>(actors::drain_replica{leaving, true});
+  CHECK_FALSE(refused);  // gone: nothing to resume
+}
+
 TEST_CASE("lifecycle: restarts past the intensity make the pool degraded (503, Retry-After), then it recovers") {
   auto cfg = node_config(2, 60000, 600000, /*intensity=*/1);
   cfg.pools[0].restart_period_ms = 30000;

@@ -187,6 +187,8 @@ TEST_CASE("tokenizer.json errors are one line") {
   CHECK(err(R"({"post_processor":{"type":"BertProcessing","cls":["[CLS]",1]})" + model) ==
         "BertProcessing needs cls and sep as [token, id]");
   CHECK(err(R"({"post_processor":7)" + model) == "post_processor is not an object");
+  CHECK(err(R"({"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>"}}],)"
+            R"("special_tokens":{"<s>":{"ids":[5]}}})" + model) == "post_processor adds the id 5, which the vocabulary does not hold");
 }
 
 TEST_CASE("the post_processor's special tokens come with encode_special only; piece is the vocabulary's string") {
