@@ -11,7 +11,6 @@
 
 #include <deque>
 #include <memory>
-#include <set>
 
 #include <caf/actor.hpp>
 #include <caf/actor_clock.hpp>
@@ -93,7 +92,6 @@ struct autoscaler_state {
   /// What the store last said of the pool (its `pools` row, its version's gated capacity);
   /// nothing until it answers, or where no store runs: the config's values hold.
   scale_settings stored;
-  std::set<std::string> draining;  ///< replicas it asked to drain, until they are removed
   std::deque<std::pair<caf::actor_clock::time_point, std::int64_t>> recent;  ///< tokens in flight, last minute
   caf::actor_clock::time_point last_change;  ///< the last add or removal: a period before the next removal
   bool changed_once = false;

@@ -69,11 +69,11 @@ void act(stateful* self, const pool_view& v) {
   in.since_last_removal_s = st.changed_once ? std::chrono::duration<double>(now - st.last_change).count() : 1e18;
   for (const auto& r : v.replicas) {
     if (r.warm) continue;  // held back: not capacity until a scale-up promotes it
-    // Its own drains, and those an earlier autoscaler of the pool ordered before it ended.
-    if (st.draining.count(r.replica_id) || r.leaving) {
+    // Drained to leave (by this autoscaler, or one of the pool's before it ended): the pool
+    // marks it so from the drain order on, which reaches it before this look's question.
+    if (r.leaving) {
       if (r.phase == "stopped" || r.phase == "failed") {
         self->send(st.d.pool, remove_replica{r.replica_id});
-        st.draining.erase(r.replica_id);
         note(self, "remove " + r.replica_id, "drained");
       } else {
         ++in.draining;
@@ -96,14 +96,13 @@ void act(stateful* self, const pool_view& v) {
     // The newest serving replica goes (the last added: the original ones keep their caches).
     const replica_view* last = nullptr;
     for (const auto& r : v.replicas)
-      if (r.phase == "serving" && !r.warm && !r.leaving && !st.draining.count(r.replica_id) &&
+      if (r.phase == "serving" && !r.warm && !r.leaving &&
           (!last || r.replica_id.size() > last->replica_id.size() ||
            (r.replica_id.size() == last->replica_id.size() && r.replica_id > last->replica_id)))
         last = &r;
     if (last) {
       self->request(st.d.pool, std::chrono::seconds(3), drain_replica{last->replica_id, false, true})
           .then([](std::string&) {}, [](caf::error&) {});  // answered with its phase
-      st.draining.insert(last->replica_id);
       st.last_change = now;
       st.changed_once = true;
       note(self, "drain " + last->replica_id, d.why);

@@ -102,6 +102,7 @@ pool_view pool_state::own_view(caf::actor_clock::time_point now) const {
     r.version = d.cfg->version;
     r.phase = sup.child(id) ? "starting" : "stopped";
     r.warm = is_warm(id);
+    r.leaving = leaving.count(id) > 0;
     v.replicas.push_back(std::move(r));
   }
   return v;
