@@ -103,6 +103,16 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   if (keep_text && (r.sampling.prompt_logprobs || r.sampling.logprobs >= 0))
     return refuse(r, errc::invalid_request, "Log-probabilities are not available from a remote pool's upstreams.",
                   "logprobs");
+  if (!r.sampling.logit_bias.empty() && rt.vocab > 0 && r.sampling.logit_bias.back().first >= rt.vocab)
+    return refuse(r, errc::invalid_request,
+                  "Token id " + std::to_string(r.sampling.logit_bias.back().first) +
+                      " in 'logit_bias' is outside the model's vocabulary of " + std::to_string(rt.vocab) + " tokens.",
+                  "logit_bias");
+  if (r.sampling.adjusts_logits() && cfg_pool.executor == config::executor_kind::cuda)
+    return refuse(r, errc::invalid_request,
+                  "logit_bias and the presence, frequency and repetition penalties are not available on the cuda "
+                  "executor yet.",
+                  r.sampling.logit_bias.empty() ? "presence_penalty" : "logit_bias");
   if (r.sampling.prompt_logprobs && cfg_pool.executor == config::executor_kind::cuda)
     return refuse(r, errc::invalid_request,
                   "The prompt's log-probabilities (echo with logprobs) are not available on the cuda executor yet.", "echo");

@@ -61,6 +61,14 @@ std::pair<std::string, std::string> upstream_body(const request& r, const pool_r
   if (s.top_k > 0) b["top_k"] = s.top_k;
   if (s.seed) b["seed"] = *s.seed;
   if (!s.stop.empty()) b["stop"] = s.stop;
+  if (s.presence_penalty != 0) b["presence_penalty"] = s.presence_penalty;
+  if (s.frequency_penalty != 0) b["frequency_penalty"] = s.frequency_penalty;
+  if (s.repetition_penalty != 1) b["repetition_penalty"] = s.repetition_penalty;
+  if (!s.logit_bias.empty()) {
+    json bias = json::object();
+    for (const auto& [t, v] : s.logit_bias) bias[std::to_string(t)] = v;
+    b["logit_bias"] = std::move(bias);
+  }
   return {path, b.dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 

@@ -154,7 +154,8 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
     return caf::none;
   });
   return f(caf::meta::type_name("sampling_params"), x.max_tokens, x.temperature, x.top_k, x.top_p, has_seed, seed,
-           x.stop, x.logprobs, x.prompt_logprobs, load);
+           x.stop, x.logprobs, x.prompt_logprobs, x.presence_penalty, x.frequency_penalty, x.repetition_penalty,
+           x.logit_bias, load);
 }
 
 // Log-probabilities cross nodes as their IEEE bits: CAF's binary format cannot carry -inf or

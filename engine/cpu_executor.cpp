@@ -156,7 +156,19 @@ step_execution cpu_executor::run(const step_plan& plan, const scheduler& sched, 
   logits_.resize(R * V);
   if (R > 0) matmul(normed.data(), R, D, {{&m_->head, nullptr, logits_.data()}});
   auto row_logits = [&](std::size_t i) { return std::span<const float>(&logits_[i * V], V); };
-  for (std::size_t i = 0; i < S && i < slots.size(); ++i) out.tokens.push_back(sample(row_logits(i), slots[i]));
+  std::vector<float> adjusted;
+  for (std::size_t i = 0; i < S && i < slots.size(); ++i) {
+    if (slots[i].adjust.empty()) {
+      out.tokens.push_back(sample(row_logits(i), slots[i]));
+      continue;
+    }
+    // Bias and penalties on a copy: log-probabilities below read the raw row.
+    const auto raw = row_logits(i);
+    adjusted.assign(raw.begin(), raw.end());
+    kernels::reference::adjust_logits(adjusted.data(), static_cast<int>(V), slots[i].adjust.data(),
+                                      static_cast<int>(slots[i].adjust.size()));
+    out.tokens.push_back(sample(adjusted, slots[i]));
+  }
   for (std::size_t i = 0; i < out.tokens.size(); ++i) {
     if (slots[i].logprobs < 0) continue;
     out.logprobs.resize(out.tokens.size());

@@ -66,6 +66,7 @@ bool engine_core::add(engine_request req) {
     s.rng_seed = mix64(salt_ ^ mix64(++unseeded_)) ^ prompt_hash;
   s.answer_seed = req.sampling.seed ? mix64(*req.sampling.seed) ^ prompt_hash : prompt_hash;
   s.req = std::move(req);
+  if (s.req.sampling.adjusts_logits()) s.tally = std::make_unique<token_tally>();
   const seq_id id = s.req.id;
   sequence& kept = seqs_[id] = std::move(s);
   if (!in_flight_) sched_.set_user(id, &kept, coast_end(kept));
@@ -242,11 +243,24 @@ bool engine_core::prepare(step_result& result) {
     sched_.remove(id);
   }
   slots_.clear();
+  adjust_.clear();
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // slot, its first adjustment
   for (const plan_item& item : plan_.items) {
     if (!item.samples) continue;
     const sequence& s = *record_of(*item.status);
+    if (s.tally) {
+      ranges.emplace_back(slots_.size(), adjust_.size());
+      const auto& toks = item.status->tokens;
+      append_adjustments(s.req.sampling, *s.tally,
+                         std::span(toks.data(), std::min(toks.size(), static_cast<std::size_t>(item.status->prompt_len))),
+                         adjust_);
+    }
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
                       s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs});
+  }
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    const std::size_t end = k + 1 < ranges.size() ? ranges[k + 1].second : adjust_.size();
+    slots_[ranges[k].first].adjust = std::span(adjust_).subspan(ranges[k].second, end - ranges[k].second);
   }
   for (plan_item& item : plan_.items) {
     if (!item.prefill) continue;
@@ -277,6 +291,7 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     auto* rec = static_cast<sequence*>(item.status->user);
     if (!rec) continue;
     const logprob_row* lp = slot < exec.logprobs.size() && slots_[slot].logprobs >= 0 ? &exec.logprobs[slot] : nullptr;
+    if (rec->tally) rec->tally->add(exec.tokens[slot]);
     // One of the step's quiet tokens: a plain decode token past the first that ends nothing
     // and carries nothing (no log-probabilities, no stop strings to hold text back for).
     if (quiet && rec->generated > 0 && !lp && exec.tokens[slot] != tok_->eos() &&

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/executor.hpp"
+#include "engine/logit_adjust.hpp"
 #include "engine/step_worker.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/token_list.hpp"
@@ -128,6 +129,7 @@ class engine_core {
     mutable int cached_tokens = -1;  ///< once admitted, what its first admission found cached
     std::vector<logprob_row> prompt_lp;  ///< prompt_logprobs: by position (1..), filled as prefill runs
     bool prompt_lp_sent = false;
+    std::unique_ptr<token_tally> tally;  ///< what its penalties look at (requests that adjust logits only)
   };
   /// Schedules the next step into plan_/slots_; sequences that outgrew the pool end in
   /// `result`. False when there is nothing to run.
@@ -172,6 +174,7 @@ class engine_core {
   // the step in progress
   step_plan plan_;
   std::vector<sample_slot> slots_;
+  std::vector<logit_adjust> adjust_;  ///< the slots' logit adjustments, each slot's a range
   step_result pending_;
   step_execution exec_result_;
   bool in_flight_ = false;

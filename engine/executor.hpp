@@ -9,8 +9,11 @@
 
 #include "engine/scheduler.hpp"
 #include "engine/types.hpp"
+#include "kernels/reference/sampling.hpp"
 
 namespace kiln::engine {
+
+using logit_adjust = kernels::reference::logit_adjust;
 
 /// A sequence that samples a token this step, in plan order.
 struct sample_slot {
@@ -22,6 +25,9 @@ struct sample_slot {
   double top_p = 1.0;
   std::uint64_t answer_seed = 0;  ///< of the prompt and the request seed only (never the replica)
   int logprobs = -1;              ///< >= 0: the sampled token's log-probability and this many alternatives
+  /// What the logits undergo before this token is sampled, by token id (logit bias,
+  /// penalties); log-probabilities stay the raw distribution's.
+  std::span<const logit_adjust> adjust = {};
 };
 
 /// A token's log-probability and the top alternatives at its position, most likely first.

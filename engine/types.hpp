@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kiln::engine {
@@ -32,6 +33,18 @@ struct sampling_params {
   std::vector<std::string> stop;
   int logprobs = -1;             ///< -1: none; 0-20: each token's log-probability and this many alternatives
   bool prompt_logprobs = false;  ///< the prompt's tokens' too (/v1/completions' echo); no prefix-cache reuse
+  /// Penalties on tokens already in the answer (OpenAI's, -2 to 2: a token's logit loses
+  /// presence once it has appeared and frequency for each time it has) and on tokens in the
+  /// prompt or the answer (vLLM's repetition penalty; 1: none).
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  double repetition_penalty = 1;
+  std::vector<std::pair<token_id, float>> logit_bias;  ///< added to those tokens' logits; by id, each once
+
+  /// Whether any of the above changes the logits the sampler sees.
+  bool adjusts_logits() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 || !logit_bias.empty();
+  }
 };
 
 /// One of a token's most likely alternatives.
@@ -40,7 +53,7 @@ struct token_alt {
   float logprob = 0;
 };
 
-/// A token's log-probability under the model (its raw distribution, before temperature, top-k
+/// A token's log-probability under the model (its raw distribution, before bias, penalties, temperature, top-k
 /// and top-p) and the most likely alternatives at that position, most likely first.
 struct token_logprob {
   std::string token;

@@ -102,6 +102,33 @@ std::optional<api_error> read_int(const json& v, const char* name, int lo, int h
   return std::nullopt;
 }
 
+// {"token id": bias from -100 to 100, ...}: by token id, each once.
+std::optional<api_error> read_logit_bias(const json& v, std::vector<std::pair<std::int32_t, float>>& out) {
+  out.clear();
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return invalid("'logit_bias' must be an object mapping token ids to biases.", "logit_bias");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& k = it.key();
+    const bool digits = !k.empty() && k.size() <= 8 && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stol(k) >= (1 << 24))
+      return invalid("'logit_bias' keys must be token ids (integers from 0 to 16777215 as strings), got '" + k + "'.",
+                     "logit_bias");
+    const json& b = it.value();
+    if (!b.is_number() || !(b.get<double>() >= -100 && b.get<double>() <= 100))
+      return invalid("'logit_bias' values must be numbers from -100 to 100 (token " + k + ").", "logit_bias");
+    out.emplace_back(static_cast<std::int32_t>(std::stol(k)), static_cast<float>(b.get<double>()));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // "7" and "07" name one token: the later bias stands, as for a repeated key.
+  std::vector<std::pair<std::int32_t, float>> once;
+  for (const auto& e : out) {
+    if (!once.empty() && once.back().first == e.first) once.pop_back();
+    once.push_back(e);
+  }
+  out = std::move(once);
+  return std::nullopt;
+}
+
 std::optional<api_error> read_field(const std::string& key, const json& v, chat_params& out, template_parts& tp) {
   if (key == "model") {
     if (!v.is_string() || v.get<std::string>().empty()) return invalid("'model' must be a non-empty string.", "model");
@@ -204,8 +231,18 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
   } else if (key == "user") {
     if (!v.is_string() && !v.is_null()) return invalid("'user' must be a string.", "user");
   } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0))
-      return invalid("'" + key + "' is not supported; leave it out or set it to 0.", key);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number() || !(v.get<double>() >= -2 && v.get<double>() <= 2))
+      return invalid("'" + key + "' must be a number from -2 to 2.", key);
+    (key == "presence_penalty" ? out.presence_penalty : out.frequency_penalty) = v.get<double>();
+  } else if (key == "repetition_penalty") {
+    // vLLM's: tokens of the prompt or the answer so far lose weight (> 1) or gain it (< 1).
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number() || !(v.get<double>() >= 0.01 && v.get<double>() <= 100))
+      return invalid("'repetition_penalty' must be a number from 0.01 to 100 (1: none).", key);
+    out.repetition_penalty = v.get<double>();
+  } else if (key == "logit_bias") {
+    return read_logit_bias(v, out.logit_bias);
   } else if (key == "logprobs") {
     if (!v.is_null() && !v.is_boolean()) return invalid("'logprobs' must be a boolean.", "logprobs");
     out.logprobs_asked = v.is_boolean() && v.get<bool>();

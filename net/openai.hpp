@@ -44,6 +44,10 @@ struct chat_params {
   /// true with top_logprobs; /v1/completions: logprobs N)
   int logprobs = -1;
   bool logprobs_asked = false;  ///< chat's logprobs: true (read before top_logprobs may be)
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  double repetition_penalty = 1;  ///< vLLM's; 1: none
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  ///< by token id, each once
 };
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);

@@ -273,6 +273,10 @@ bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& 
   r.sampling.seed = p.seed;
   r.sampling.stop = std::move(p.stop);
   r.sampling.logprobs = p.logprobs;
+  r.sampling.presence_penalty = p.presence_penalty;
+  r.sampling.frequency_penalty = p.frequency_penalty;
+  r.sampling.repetition_penalty = p.repetition_penalty;
+  r.sampling.logit_bias = std::move(p.logit_bias);
   ex->log().team = r.team;
   ex->log().model = p.model;
   return true;

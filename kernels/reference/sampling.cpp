@@ -6,6 +6,16 @@
 
 namespace kiln::kernels::reference {
 
+void adjust_logits(float* logits, int vocab, const logit_adjust* adjust, int n) {
+  for (int i = 0; i < n; ++i) {
+    const logit_adjust& a = adjust[i];
+    if (a.token < 0 || a.token >= vocab) continue;
+    float l = logits[a.token] + a.bias;
+    if (a.repeat != 1.f) l = l > 0 ? l / a.repeat : l * a.repeat;
+    logits[a.token] = l - a.subtract;
+  }
+}
+
 std::int32_t sample_row(const float* logits, int vocab, const sample_params& p) {
   int best = 0;
   for (int i = 1; i < vocab; ++i)

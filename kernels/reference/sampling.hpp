@@ -31,4 +31,17 @@ struct sample_params {
 
 std::int32_t sample_row(const float* logits, int vocab, const sample_params& p);
 
+/// What one token's logit undergoes before sampling, in vLLM's order: the logit bias added,
+/// then the repetition penalty (a positive logit divided by it, a negative one multiplied;
+/// 1: none), then `subtract` (the presence and frequency penalties) taken off.
+struct logit_adjust {
+  std::int32_t token = 0;
+  float bias = 0.f;
+  float repeat = 1.f;
+  float subtract = 0.f;
+};
+
+/// Applies `n` adjustments (tokens outside [0, vocab) are skipped) to a row of logits.
+void adjust_logits(float* logits, int vocab, const logit_adjust* adjust, int n);
+
 }  // namespace kiln::kernels::reference

@@ -371,6 +371,15 @@ TEST_CASE("e2e: tiny-chat streams real tokens on the CPU; a corrupt model direct
     CHECK(gpu.status == 503);
     CHECK(json::parse(gpu.body)["error"]["message"].get<std::string>().find("CUDA") != std::string::npos);
   }
+  // Logit bias and penalties: not on the cuda executor yet (without a GPU the pool's 503 comes first).
+  std::string biased = body("gpu-chat", false);
+  biased.insert(1, R"("logit_bias":{"5":-100},)");
+  const http_response refused = request(p.port(), "POST", "/v1/chat/completions", biased, kAuth);
+  CHECK(refused.status == (std::getenv("KILN_TEST_HAS_GPU") ? 400 : 503));
+  if (refused.status == 400) {
+    CHECK(json::parse(refused.body)["error"]["param"] == "logit_bias");
+    CHECK(json::parse(refused.body)["error"]["message"].get<std::string>().find("cuda executor") != std::string::npos);
+  }
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("chat-7b", false), kAuth).status == 200);
   CHECK(request(p.port(), "POST", "/v1/chat/completions", body("tiny-chat", false), kAuth).status == 200);
   std::filesystem::remove_all(root);

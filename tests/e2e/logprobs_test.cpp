@@ -155,3 +155,69 @@ TEST_CASE("e2e logprobs: /v1/completions echo scores every prompt token on a rea
   CHECK(post(p, "/v1/completions", ids(0))["choices"][0]["finish_reason"] == "length");
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("e2e sampling: logit_bias and the penalties steer a real forward pass; logprobs stay the model's") {
+  char tmpl[] = "/tmp/kiln-e2e-penalties-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  kiln_process p(test_config(1) + cpu_pool("tiny-chat", root + "/tiny"));
+  const json ids = post(p, "/tokenize", R"({"model":"tiny-chat","prompt":"kiln glaze","add_special_tokens":false})");
+  const int x = ids["tokens"][0];
+  const std::string piece = post(p, "/detokenize", json{{"model", "tiny-chat"}, {"tokens", {x}}}.dump())["prompt"];
+  REQUIRE_FALSE(piece.empty());
+  const auto completion = [&](const json& extra) {
+    json b{{"model", "tiny-chat"}, {"temperature", 0}, {"max_tokens", 4}, {"logprobs", 1}, {"prompt", "The cat sat"}};
+    b.update(extra);
+    return post(p, "/v1/completions", b.dump());
+  };
+  const json plain = completion(json::object());
+  // +100 on one token: greedy takes it every time, penalties or not, and each entry's logprob
+  // is the raw distribution's (no likelier than the raw top alternative, far from 0).
+  for (const json& extra : {json{{"logit_bias", {{std::to_string(x), 100}}}},
+                            json{{"logit_bias", {{std::to_string(x), 100}}}, {"frequency_penalty", 2}, {"presence_penalty", 2},
+                                 {"repetition_penalty", 1.3}}}) {
+    CAPTURE(extra.dump());
+    const json forced = completion(extra);
+    CHECK(forced["choices"][0]["text"] == piece + piece + piece + piece);
+    const json& lp = forced["choices"][0]["logprobs"];
+    for (std::size_t i = 0; i < 4; ++i) {
+      double best = -1e9;
+      for (const auto& [text, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+      CHECK(lp["token_logprobs"][i].get<double>() <= best + 1e-6);
+    }
+  }
+  // -100 on the unbiased answer's first token (its id: its piece tokenized, when that is one
+  // token): the answer starts otherwise.
+  const std::string first = plain["choices"][0]["logprobs"]["tokens"][0];
+  const json first_ids = post(p, "/tokenize", json{{"model", "tiny-chat"}, {"prompt", first}, {"add_special_tokens", false}}.dump());
+  if (first_ids["count"] == 1) {
+    const json banned = completion({{"logit_bias", {{std::to_string(first_ids["tokens"][0].get<int>()), -100}}}});
+    CHECK(banned["choices"][0]["logprobs"]["tokens"][0] != first);
+  } else {
+    MESSAGE("the first token's piece tokenizes as several tokens; the ban not tried");
+  }
+  // Negative penalties reward repeats: the answer differs from the plain one (whose 12 greedy
+  // tokens on these random weights repeat none), the same streamed as whole.
+  const json pen{{"frequency_penalty", -2}, {"presence_penalty", -0.5}, {"repetition_penalty", 1.2}, {"max_tokens", 12}};
+  const json whole = completion(pen);
+  json streamed_body{{"model", "tiny-chat"}, {"temperature", 0}, {"max_tokens", 12}, {"prompt", "The cat sat"}, {"stream", true}};
+  streamed_body.update(pen);
+  const http_response st = request(p.port(), "POST", "/v1/completions", streamed_body.dump(), kAuth);
+  REQUIRE(st.status == 200);
+  std::string text;
+  for (const auto& e : sse_data(st.body))
+    if (e != "[DONE]" && !json::parse(e)["choices"].empty()) text += json::parse(e)["choices"][0]["text"].get<std::string>();
+  CHECK(text == whole["choices"][0]["text"]);
+  CHECK(whole["choices"][0]["text"] != completion({{"max_tokens", 12}})["choices"][0]["text"]);
+  // A token id past the vocabulary is a 400 naming logit_bias; the pool serves on.
+  const http_response far = request(p.port(), "POST", "/v1/chat/completions",
+                                    R"({"model":"tiny-chat","logit_bias":{"16777215":5},"messages":[{"role":"user","content":"x"}]})", kAuth);
+  REQUIRE(far.status == 400);
+  CHECK(json::parse(far.body)["error"]["param"] == "logit_bias");
+  CHECK(json::parse(far.body)["error"]["message"].get<std::string>().find("vocabulary") != std::string::npos);
+  CHECK(post(p, "/v1/chat/completions", R"({"model":"tiny-chat","max_tokens":2,"presence_penalty":1,"logit_bias":{"5":-100},)"
+                                        R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);
+  // The sim pool takes them too (its answers are modelled, whatever the sampler's settings).
+  CHECK(post(p, "/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"frequency_penalty":-2,"logit_bias":{"5":-100},)"
+                                        R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);
+  std::filesystem::remove_all(root);
+}

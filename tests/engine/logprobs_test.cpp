@@ -14,8 +14,11 @@
 #include "engine/sim_executor.hpp"
 #include "engine/tiny_model.hpp"
 #include "tests/support/naive_llama.hpp"
+#include "tests/support/tiny_llama.hpp"
 
 using namespace kiln::engine;
+using kiln::test::id_tokenizer;
+using kiln::test::tiny_config;
 
 namespace {
 
@@ -27,27 +30,6 @@ std::vector<double> log_softmax(const std::vector<float>& logits) {
   for (float l : logits) out.push_back(l - max - std::log(sum));
   return out;
 }
-
-llama_config tiny_config() {
-  llama_config c;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.hidden = 32;
-  c.intermediate = 48;
-  c.layers = 2;
-  c.vocab = 61;
-  return c;
-}
-
-// Every id of the tiny model is a token "<id>"; eos lies outside its vocabulary.
-class id_tokenizer final : public tokenizer {
- public:
-  std::vector<token_id> encode(std::string_view) const override { return {}; }
-  std::string decode(token_id id) const override { return "<" + std::to_string(id) + ">"; }
-  token_id eos() const override { return 1000; }
-  int vocab_size() const override { return 61; }
-};
 
 struct cpu_engine {
   std::shared_ptr<const llama_weights> w;

@@ -64,6 +64,19 @@ TEST_CASE("openai: invalid requests name the parameter") {
       {body("\"chat_template_kwargs\":{\"messages\":[]}"), "chat_template_kwargs", ""},
       {body("\"user\":5"), "user", ""},
       {body("\"parallel_tool_calls\":\"yes\""), "parallel_tool_calls", ""},
+      {body("\"presence_penalty\":2.01"), "presence_penalty", ""},
+      {body("\"frequency_penalty\":-2.5"), "frequency_penalty", ""},
+      {body("\"frequency_penalty\":\"1\""), "frequency_penalty", ""},
+      {body("\"repetition_penalty\":0"), "repetition_penalty", ""},
+      {body("\"repetition_penalty\":100.5"), "repetition_penalty", ""},
+      {body("\"logit_bias\":[1,2]"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"x\":1}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"-1\":1}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"\":1}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"16777216\":1}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"99999999999\":1}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"5\":100.5}"), "logit_bias", ""},
+      {body("\"logit_bias\":{\"5\":\"ban\"}"), "logit_bias", ""},
   };
   for (const auto& r : table) {
     CAPTURE(r.body);
@@ -138,6 +151,35 @@ TEST_CASE("openai: a valid request with every supported field") {
   CHECK(p.seed == 7u);
   REQUIRE(p.stop.size() == 1);
   CHECK(p.stop[0] == "END");
+  CHECK(p.presence_penalty == 0);
+  CHECK(p.repetition_penalty == 1);
+  CHECK(p.logit_bias.empty());
+}
+
+TEST_CASE("openai: logit bias and penalties at their limits, in both APIs") {
+  auto res = parse_chat_request(body(R"("presence_penalty":-2,"frequency_penalty":2,"repetition_penalty":0.01,)"
+                                     R"("logit_bias":{"16777215":-100,"7":100,"07":-3,"0":0.5})"));
+  REQUIRE(std::holds_alternative<chat_params>(res));
+  const auto& p = std::get<chat_params>(res);
+  CHECK(p.presence_penalty == -2);
+  CHECK(p.frequency_penalty == 2);
+  CHECK(p.repetition_penalty == doctest::Approx(0.01));
+  // By id, each once: "07" names 7 again, and the later key stands.
+  const std::vector<std::pair<std::int32_t, float>> want{{0, 0.5f}, {7, -3.f}, {16777215, -100.f}};
+  CHECK(p.logit_bias == want);
+  auto nulls = parse_chat_request(body(R"("presence_penalty":null,"logit_bias":null,"repetition_penalty":null)"));
+  REQUIRE(std::holds_alternative<chat_params>(nulls));
+  CHECK(std::get<chat_params>(nulls).logit_bias.empty());
+  auto c = parse_completion_request(R"({"model":"m","prompt":"x","frequency_penalty":0.5,"repetition_penalty":100,"logit_bias":{"3":-100}})");
+  REQUIRE(std::holds_alternative<completion_params>(c));
+  const auto& cp = std::get<completion_params>(c).common;
+  CHECK(cp.frequency_penalty == 0.5);
+  CHECK(cp.repetition_penalty == 100);
+  REQUIRE(cp.logit_bias.size() == 1);
+  CHECK(cp.logit_bias[0].first == 3);
+  auto bad = parse_completion_request(R"({"model":"m","prompt":"x","logit_bias":{"3":-101}})");
+  REQUIRE(std::holds_alternative<api_error>(bad));
+  CHECK(std::get<api_error>(bad).param == "logit_bias");
 }
 
 TEST_CASE("openai: tools, tool calls and template variables reach the template as sent; nulls are accepted") {

@@ -199,6 +199,19 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
     CHECK(went.contains("add_special_tokens") == !specials);
     if (!specials) CHECK(went["add_special_tokens"] == false);
   }
+  // Logit bias and penalties go upstream as sent; left out where the client left them out.
+  CHECK_FALSE(sent.contains("logit_bias"));
+  CHECK_FALSE(sent.contains("presence_penalty"));
+  CHECK_FALSE(sent.contains("repetition_penalty"));
+  REQUIRE(request(front.port(), "POST", "/v1/chat/completions",
+                  R"({"model":"chat-7b","max_tokens":3,"presence_penalty":-0.5,"frequency_penalty":1.25,)"
+                  R"("repetition_penalty":1.1,"logit_bias":{"50256":-100,"7":2.5},"messages":[{"role":"user","content":"x"}]})",
+                  kSearch).status == 200);
+  const json biased = json::parse(fake.last_body());
+  CHECK(biased["presence_penalty"] == -0.5);
+  CHECK(biased["frequency_penalty"] == 1.25);
+  CHECK(biased["repetition_penalty"].get<double>() == doctest::Approx(1.1));
+  CHECK(biased["logit_bias"] == json{{"7", 2.5}, {"50256", -100}});
 
   // A streaming client that vanishes: its upstream request closes at once.
   fake.tokens = 400;
@@ -208,7 +221,7 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
     first_content(c, chat_body("long", 400, true));
   }
   CHECK(eventually([&] { return fake.abandoned == 1; }, 3s));
-  CHECK(fake.finished == 3);  // the chat and the two completions above
+  CHECK(fake.finished == 4);  // the two chats and the two completions above
 }
 
 TEST_CASE("an upstream that dies: retried elsewhere before the first token, one error event after it") {
