@@ -108,11 +108,16 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
                   "Token id " + std::to_string(r.sampling.logit_bias.back().first) +
                       " in 'logit_bias' is outside the model's vocabulary of " + std::to_string(rt.vocab) + " tokens.",
                   "logit_bias");
+  if (r.sampling.min_tokens > r.sampling.max_tokens)
+    return refuse(r, errc::invalid_request,
+                  "'min_tokens' (" + std::to_string(r.sampling.min_tokens) + ") must be at most 'max_tokens' (" +
+                      std::to_string(r.sampling.max_tokens) + ", this model's default).",
+                  "min_tokens");
   if (r.sampling.adjusts_logits() && cfg_pool.executor == config::executor_kind::cuda)
     return refuse(r, errc::invalid_request,
-                  "logit_bias and the presence, frequency and repetition penalties are not available on the cuda "
-                  "executor yet.",
-                  r.sampling.logit_bias.empty() ? "presence_penalty" : "logit_bias");
+                  "logit_bias, min_tokens and the presence, frequency and repetition penalties are not available on "
+                  "the cuda executor yet.",
+                  !r.sampling.logit_bias.empty() ? "logit_bias" : r.sampling.min_tokens > 0 ? "min_tokens" : "presence_penalty");
   if (r.sampling.prompt_logprobs && cfg_pool.executor == config::executor_kind::cuda)
     return refuse(r, errc::invalid_request,
                   "The prompt's log-probabilities (echo with logprobs) are not available on the cuda executor yet.", "echo");

@@ -64,6 +64,8 @@ std::pair<std::string, std::string> upstream_body(const request& r, const pool_r
   if (s.presence_penalty != 0) b["presence_penalty"] = s.presence_penalty;
   if (s.frequency_penalty != 0) b["frequency_penalty"] = s.frequency_penalty;
   if (s.repetition_penalty != 1) b["repetition_penalty"] = s.repetition_penalty;
+  if (s.min_tokens > 0) b["min_tokens"] = s.min_tokens;
+  if (s.ignore_eos) b["ignore_eos"] = true;
   if (!s.logit_bias.empty()) {
     json bias = json::object();
     for (const auto& [t, v] : s.logit_bias) bias[std::to_string(t)] = v;

@@ -39,7 +39,8 @@ engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_pt
 
 int engine_core::coast_end(const sequence& s) const {
   if (!sim_ || !s.req.sampling.stop.empty() || s.req.sampling.logprobs >= 0) return 0;
-  return std::min(s.req.sampling.max_tokens, sim_->natural_length(s.answer_seed) + 1);
+  return std::min(s.req.sampling.max_tokens,
+                  std::max(sim_->natural_length(s.answer_seed), s.req.sampling.answer_min()) + 1);
 }
 
 bool engine_core::add(engine_request req) {
@@ -171,14 +172,15 @@ seq_output engine_core::advance(sequence& s, token_id tok, const logprob_row* lp
   out.new_tokens = 1;
   ++s.generated;
   attach_prompt_logprobs(s, out);
-  if (lp && tok != tok_->eos()) out.logprobs.push_back(named(*lp));
-  if (tok == tok_->eos()) {
+  const bool eos = tok == tok_->eos();  // with ignore_eos: a token that counts, with no text
+  if (lp && !eos) out.logprobs.push_back(named(*lp));
+  if (eos && !s.req.sampling.ignore_eos) {
     out.finish = finish_reason::stop;
   } else if (!text_ && s.req.sampling.stop.empty()) {
     if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
     out.usage = usage_of(s);
     return out;
-  } else {
+  } else if (!eos) {
     s.text += tok_->decode(tok);
   }
   std::size_t hit = std::string::npos;
@@ -253,10 +255,10 @@ bool engine_core::prepare(step_result& result) {
       const auto& toks = item.status->tokens;
       append_adjustments(s.req.sampling, *s.tally,
                          std::span(toks.data(), std::min(toks.size(), static_cast<std::size_t>(item.status->prompt_len))),
-                         adjust_);
+                         s.generated < s.req.sampling.min_tokens ? tok_->eos() : -1, adjust_);
     }
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
-                      s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs});
+                      s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs, {}, s.req.sampling.answer_min()});
   }
   for (std::size_t k = 0; k < ranges.size(); ++k) {
     const std::size_t end = k + 1 < ranges.size() ? ranges[k + 1].second : adjust_.size();
@@ -362,7 +364,7 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
     batch.push_back(const_cast<sequence*>(rec));
   }
   sched_.bulk_decode(steps, [&](std::size_t i, int from, std::span<token_id> out) {
-    sim_->tokens_at(batch[i]->answer_seed, from, out);
+    sim_->tokens_at(batch[i]->answer_seed, from, out, batch[i]->req.sampling.answer_min());
   });
   result.batch_size = static_cast<int>(batch.size());
   result.quiet_steps = head ? last : steps;

@@ -28,6 +28,7 @@ struct sample_slot {
   /// What the logits undergo before this token is sampled, by token id (logit bias,
   /// penalties); log-probabilities stay the raw distribution's.
   std::span<const logit_adjust> adjust = {};
+  int answer_min = 0;  ///< a modelled answer (the sim executor's) runs at least this many tokens
 };
 
 /// A token's log-probability and the top alternatives at its position, most likely first.

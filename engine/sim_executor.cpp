@@ -49,14 +49,14 @@ int sim_executor::natural_length(std::uint64_t answer_seed) const {
   return text_.min_output_tokens + static_cast<int>(mix64(answer_seed) % span);
 }
 
-token_id sim_executor::token_at(std::uint64_t answer_seed, int position) const {
+token_id sim_executor::token_at(std::uint64_t answer_seed, int position, int at_least) const {
   token_id t = eos_;
-  tokens_at(answer_seed, position, std::span(&t, 1));
+  tokens_at(answer_seed, position, std::span(&t, 1), at_least);
   return t;
 }
 
-void sim_executor::tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out) const {
-  const int natural = natural_length(answer_seed);
+void sim_executor::tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out, int at_least) const {
+  const int natural = std::max(natural_length(answer_seed), at_least);
   const auto span = static_cast<std::uint64_t>(vocab_size_ - 1);
   // Up to the natural end, then eos.
   const std::size_t before_end = static_cast<std::size_t>(std::clamp(natural - first, 0, static_cast<int>(out.size())));
@@ -86,7 +86,7 @@ step_execution sim_executor::run(const step_plan& plan, const scheduler& sched, 
   step_execution out;
   out.seconds = plan.empty() ? 0.0 : model_.time(shape_of(plan)).total;
   out.tokens.reserve(slots.size());
-  for (const sample_slot& slot : slots) out.tokens.push_back(token_at(slot.answer_seed, slot.position));
+  for (const sample_slot& slot : slots) out.tokens.push_back(token_at(slot.answer_seed, slot.position, slot.answer_min));
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].logprobs < 0) continue;
     out.logprobs.resize(slots.size());

@@ -24,10 +24,11 @@ class sim_executor final : public executor {
   step_shape shape_of(const step_plan& plan) const;
   /// Tokens an answer runs to before its eos.
   int natural_length(std::uint64_t answer_seed) const;
-  /// The token at `position` of the answer (eos from its natural length on).
-  token_id token_at(std::uint64_t answer_seed, int position) const;
+  /// The token at `position` of the answer (eos from its natural length on, or from `at_least`
+  /// where that is longer).
+  token_id token_at(std::uint64_t answer_seed, int position, int at_least = 0) const;
   /// token_at() for positions `first`, `first` + 1, ... into `out`.
-  void tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out) const;
+  void tokens_at(std::uint64_t answer_seed, int first, std::span<token_id> out, int at_least = 0) const;
   /// A modelled distribution at a position, `seed` fixing it: `token` is the most likely one
   /// (probability 0.34-0.99), then `top` - 1 other tokens at half the remaining mass each.
   logprob_row modelled_logprobs(std::uint64_t seed, token_id token, int top) const;

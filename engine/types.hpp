@@ -40,11 +40,16 @@ struct sampling_params {
   double frequency_penalty = 0;
   double repetition_penalty = 1;
   std::vector<std::pair<token_id, float>> logit_bias;  ///< added to those tokens' logits; by id, each once
+  int min_tokens = 0;       ///< vLLM's: eos cannot be sampled before this many tokens
+  bool ignore_eos = false;  ///< vLLM's: an eos sampled ends nothing (it counts, with no text): max_tokens ends the answer
 
   /// Whether any of the above changes the logits the sampler sees.
   bool adjusts_logits() const {
-    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 || !logit_bias.empty();
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 || !logit_bias.empty() ||
+           min_tokens > 0;
   }
+  /// Tokens a modelled answer runs at least (the sim executor's).
+  int answer_min() const { return ignore_eos ? max_tokens : min_tokens; }
 };
 
 /// One of a token's most likely alternatives.

@@ -102,6 +102,16 @@ std::optional<api_error> read_int(const json& v, const char* name, int lo, int h
   return std::nullopt;
 }
 
+// min_tokens past max_tokens (where the request sets it; else the pool's default is checked
+// when the request is admitted).
+std::optional<api_error> check_min_tokens(const chat_params& p) {
+  if (p.max_tokens > 0 && p.min_tokens > p.max_tokens)
+    return invalid("'min_tokens' (" + std::to_string(p.min_tokens) + ") must be at most 'max_tokens' (" +
+                       std::to_string(p.max_tokens) + ").",
+                   "min_tokens");
+  return std::nullopt;
+}
+
 // {"token id": bias from -100 to 100, ...}: by token id, each once.
 std::optional<api_error> read_logit_bias(const json& v, std::vector<std::pair<std::int32_t, float>>& out) {
   out.clear();
@@ -243,6 +253,12 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
     out.repetition_penalty = v.get<double>();
   } else if (key == "logit_bias") {
     return read_logit_bias(v, out.logit_bias);
+  } else if (key == "min_tokens") {
+    if (v.is_null()) return std::nullopt;
+    if (auto e = read_int(v, "min_tokens", 0, 1 << 24, out.min_tokens)) return e;
+  } else if (key == "ignore_eos") {
+    if (!v.is_null() && !v.is_boolean()) return invalid("'ignore_eos' must be a boolean.", key);
+    out.ignore_eos = v.is_boolean() && v.get<bool>();
   } else if (key == "logprobs") {
     if (!v.is_null() && !v.is_boolean()) return invalid("'logprobs' must be a boolean.", "logprobs");
     out.logprobs_asked = v.is_boolean() && v.get<bool>();
@@ -358,6 +374,7 @@ std::variant<chat_params, api_error> parse_chat_request(std::string_view body) {
   if (out.messages.empty()) return invalid("'messages' is a required property.", "messages");
   if (out.logprobs > 0 && !out.logprobs_asked)
     return invalid("'top_logprobs' needs 'logprobs' set to true.", "top_logprobs");
+  if (auto e = check_min_tokens(out)) return *e;
   out.logprobs = out.logprobs_asked ? std::max(0, out.logprobs) : -1;
   for (auto it = tp.kwargs.begin(); it != tp.kwargs.end(); ++it) tp.input[it.key()] = it.value();
   out.template_json = tp.input.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -415,6 +432,7 @@ std::variant<completion_params, api_error> parse_completion_request(std::string_
     }
   }
   if (out.common.max_tokens == 0) out.common.max_tokens = 16;  // OpenAI's default for completions
+  if (auto e = check_min_tokens(out.common)) return *e;
   if (out.common.model.empty()) return invalid("you must provide a model parameter", "model");
   if (!has_prompt) return invalid("'prompt' is a required property.", "prompt");
   if (out.echo && out.prompt_text.empty())

@@ -48,6 +48,8 @@ struct chat_params {
   double frequency_penalty = 0;
   double repetition_penalty = 1;  ///< vLLM's; 1: none
   std::vector<std::pair<std::int32_t, float>> logit_bias;  ///< by token id, each once
+  int min_tokens = 0;       ///< vLLM's: no eos before this many tokens
+  bool ignore_eos = false;  ///< vLLM's: only max_tokens (or a stop string) ends the answer
 };
 
 std::variant<chat_params, api_error> parse_chat_request(std::string_view body);

@@ -101,6 +101,8 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a request crosses nodes whole, its handle
   r.sampling.frequency_penalty = 0.25;
   r.sampling.repetition_penalty = 1.3;
   r.sampling.logit_bias = {{0, -100.f}, {7, 0.5f}, {16777215, 100.f}};
+  r.sampling.min_tokens = 9;
+  r.sampling.ignore_eos = true;
   r.conversation_id = "conv-1";
   r.messages = {{"system", "be brief"}, {"user", "h\xC3\xA9llo \"quoted\"\n"}};
   r.chat_json = R"({"messages":[],"tools":[]})";
@@ -130,6 +132,8 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a request crosses nodes whole, its handle
   CHECK(b.sampling.frequency_penalty == 0.25);
   CHECK(b.sampling.repetition_penalty == 1.3);
   CHECK(b.sampling.logit_bias == r.sampling.logit_bias);
+  CHECK(b.sampling.min_tokens == 9);
+  CHECK(b.sampling.ignore_eos);
   CHECK(b.conversation_id == r.conversation_id);
   REQUIRE(b.messages.size() == 2);
   CHECK(b.messages[1].role == "user");

@@ -216,7 +216,35 @@ TEST_CASE("e2e sampling: logit_bias and the penalties steer a real forward pass;
   CHECK(json::parse(far.body)["error"]["message"].get<std::string>().find("vocabulary") != std::string::npos);
   CHECK(post(p, "/v1/chat/completions", R"({"model":"tiny-chat","max_tokens":2,"presence_penalty":1,"logit_bias":{"5":-100},)"
                                         R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);
-  // The sim pool takes them too (its answers are modelled, whatever the sampler's settings).
+  // min_tokens past the pool's default max_tokens: a 400 on admission.
+  const http_response least = request(p.port(), "POST", "/v1/chat/completions",
+                                      R"({"model":"tiny-chat","min_tokens":16777216,"messages":[{"role":"user","content":"x"}]})", kAuth);
+  CHECK(least.status == 400);
+  const http_response over = request(p.port(), "POST", "/v1/chat/completions",
+                                     R"({"model":"chat-7b","min_tokens":100000,"messages":[{"role":"user","content":"x"}]})", kAuth);
+  CHECK(over.status == 400);
+  CHECK(json::parse(over.body)["error"]["param"] == "min_tokens");
+  CHECK(json::parse(over.body)["error"]["message"].get<std::string>().find("default") != std::string::npos);
+  // ignore_eos on the sim pool: every answer runs to max_tokens, whole and streamed.
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::string b = R"({"model":"chat-7b","max_tokens":300,"ignore_eos":true,"seed":)" + std::to_string(seed) +
+                          R"(,"messages":[{"role":"user","content":"x"}]})";
+    const json r = post(p, "/v1/chat/completions", b);
+    CHECK(r["usage"]["completion_tokens"] == 300);
+    CHECK(r["choices"][0]["finish_reason"] == "length");
+    std::string streamed = b;
+    streamed.insert(1, R"("stream":true,)");
+    const http_response st2 = request(p.port(), "POST", "/v1/chat/completions", streamed, kAuth);
+    std::string content;
+    for (const auto& e : sse_data(st2.body)) {
+      if (e == "[DONE]") continue;
+      const json c = json::parse(e);
+      if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) content += c["choices"][0]["delta"]["content"].get<std::string>();
+      if (c.contains("usage") && !c["usage"].is_null()) CHECK(c["usage"]["completion_tokens"] == 300);
+    }
+    CHECK(content == r["choices"][0]["message"]["content"]);
+  }
+  // The sim pool takes the rest too (its answers are modelled, whatever the sampler's settings).
   CHECK(post(p, "/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"frequency_penalty":-2,"logit_bias":{"5":-100},)"
                                         R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);
   std::filesystem::remove_all(root);

@@ -76,6 +76,28 @@ TEST_CASE("engine core: eos at the generator's natural length ends with stop") {
   CHECK(r.u.completion_tokens == 4);  // three words, then eos
 }
 
+TEST_CASE("engine core: ignore_eos runs a modelled answer to max_tokens; min_tokens to at least that many") {
+  auto core = make_core({3, 3});
+  sampling_params sp = greedy(25);
+  sp.ignore_eos = true;
+  const run_result all = run_one(*core, "hello", sp);
+  CHECK(all.finish == finish_reason::length);
+  CHECK(all.u.completion_tokens == 25);
+  const run_result natural = run_one(*core, "hello", greedy(100), 2);
+  CHECK(all.text.rfind(natural.text, 0) == 0);  // the same answer, carried on
+  CHECK(all.text.size() > natural.text.size() * 4);
+  for (const int least : {0, 2, 3, 4, 12, 25}) {
+    CAPTURE(least);
+    sampling_params m = greedy(25);
+    m.min_tokens = least;
+    const run_result r = run_one(*core, "hello", m, 10 + static_cast<seq_id>(least));
+    // Three words then eos; with more asked, eos comes after them (max_tokens ends it first at 25).
+    CHECK(r.u.completion_tokens == std::min(25, std::max(3, least) + 1));
+    CHECK(r.finish == (least >= 25 ? finish_reason::length : finish_reason::stop));
+    CHECK(r.text.rfind(natural.text, 0) == 0);
+  }
+}
+
 TEST_CASE("engine core: greedy and seeded answers are deterministic; a modelled answer is of prompt and seed alone") {
   auto a = make_core({16, 400}, {2048, 64}, 1);
   auto b = make_core({16, 400}, {2048, 64}, 2);
@@ -318,6 +340,9 @@ TEST_CASE("engine core: coasting through steady decode equals stepping, step for
     for (seq_id id = 1; id <= 24; ++id) {
       sp.seed = id;
       sp.max_tokens = 40 + static_cast<int>(id % 5) * 30;
+      // Some answers run on past their natural end: to max_tokens, or to at least 60 tokens.
+      sp.ignore_eos = id % 7 == 3;
+      sp.min_tokens = id % 7 == 5 ? std::min(60, sp.max_tokens) : 0;
       const auto prompt = stepper->tok().encode("a shared opening for every request " + std::to_string(id % 3));
       stepper->add({id, prompt, sp, priority::standard});
       coaster->add({id, prompt, sp, priority::standard});

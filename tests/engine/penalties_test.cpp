@@ -66,7 +66,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.logit_bias = {{3, 5.f}, {9, -100.f}};
   token_tally tally;
   std::vector<ref::logit_adjust> out{{42, 1.f, 1.f, 0.f}};  // another slot's: left as it is
-  append_adjustments(p, tally, {}, out);
+  append_adjustments(p, tally, {}, -1, out);
   REQUIRE(out.size() == 3);
   CHECK(same(out[1], {3, 5.f, 1.f, 0.f}));
   CHECK(same(out[2], {9, -100.f, 1.f, 0.f}));
@@ -76,7 +76,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.frequency_penalty = 0.25;
   for (token_id t : {9, 4, 9, 9}) tally.add(t);
   out.clear();
-  append_adjustments(p, tally, std::vector<token_id>{4, 8}, out);
+  append_adjustments(p, tally, std::vector<token_id>{4, 8}, -1, out);
   REQUIRE(out.size() == 3);
   CHECK(same(out[0], {3, 5.f, 1.f, 0.f}));
   CHECK(same(out[1], {4, 0.f, 1.f, 0.75f}));
@@ -87,7 +87,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.presence_penalty = -1;
   p.frequency_penalty = 0;
   out.clear();
-  append_adjustments(p, tally, std::vector<token_id>{8, 4, 8, 2}, out);
+  append_adjustments(p, tally, std::vector<token_id>{8, 4, 8, 2}, -1, out);
   REQUIRE(out.size() == 5);
   CHECK(same(out[0], {2, 0.f, 1.5f, 0.f}));
   CHECK(same(out[1], {3, 5.f, 1.f, 0.f}));
@@ -100,7 +100,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   sampling_params none;
   CHECK_FALSE(none.adjusts_logits());
   out.clear();
-  append_adjustments(none, tally, {}, out);
+  append_adjustments(none, tally, {}, -1, out);
   CHECK(out.empty());
 }
 
@@ -197,4 +197,43 @@ TEST_CASE("cpu executor: penalised greedy tokens are the adjusted naive logits' 
     if (variant == 1) CHECK(counts.count(23) == 0);
     if (variant >= 1) CHECK(std::all_of(counts.begin(), counts.end(), [](const auto& c) { return c.second < 10; }));
   }
+}
+
+TEST_CASE("engine core: min_tokens bars eos until then; with ignore_eos an eos sampled ends nothing and adds no text") {
+  auto exec = std::make_unique<scripted_executor>();
+  auto* ex = exec.get();
+  ex->script[1] = {5, 6, 7, 1000};
+  ex->script[2] = {1000, 5, 1000, 6, 1000};
+  engine_core core({64, 4}, {64, 4}, std::move(exec), std::make_shared<id_tokenizer>(), 1);
+  sampling_params least;
+  least.max_tokens = 6;
+  least.min_tokens = 2;
+  sampling_params endless;
+  endless.max_tokens = 5;
+  endless.ignore_eos = true;
+  REQUIRE(core.add({1, {1, 2}, least, priority::standard, 0}));
+  REQUIRE(core.add({2, {1, 2}, endless, priority::standard, 0}));
+  std::map<seq_id, std::string> text;
+  std::map<seq_id, seq_output> last;
+  while (!core.idle())
+    for (auto& out : core.step().outputs) {
+      text[out.id] += out.text;
+      if (out.finish != finish_reason::none) last[out.id] = out;
+    }
+  const auto& one = ex->seen[1];
+  REQUIRE(one.size() == 4);
+  for (std::size_t k = 0; k < 2; ++k) {
+    REQUIRE(one[k].size() == 1);
+    CHECK(one[k][0].token == 1000);
+    CHECK(std::isinf(one[k][0].bias));
+    CHECK(one[k][0].bias < 0);
+  }
+  CHECK(one[2].empty());  // two tokens in: eos may come
+  CHECK(last[1].finish == finish_reason::stop);
+  CHECK(last[1].usage.completion_tokens == 4);
+  CHECK(text[1] == "<5><6><7>");
+  for (const auto& step : ex->seen[2]) CHECK(step.empty());
+  CHECK(last[2].finish == finish_reason::length);
+  CHECK(last[2].usage.completion_tokens == 5);
+  CHECK(text[2] == "<5><6>");
 }

@@ -77,6 +77,11 @@ TEST_CASE("openai: invalid requests name the parameter") {
       {body("\"logit_bias\":{\"99999999999\":1}"), "logit_bias", ""},
       {body("\"logit_bias\":{\"5\":100.5}"), "logit_bias", ""},
       {body("\"logit_bias\":{\"5\":\"ban\"}"), "logit_bias", ""},
+      {body("\"min_tokens\":-1"), "min_tokens", ""},
+      {body("\"min_tokens\":\"5\""), "min_tokens", ""},
+      {body("\"min_tokens\":9,\"max_tokens\":8"), "min_tokens", ""},
+      {body("\"max_completion_tokens\":8,\"min_tokens\":9"), "min_tokens", ""},
+      {body("\"ignore_eos\":\"yes\""), "ignore_eos", ""},
   };
   for (const auto& r : table) {
     CAPTURE(r.body);
@@ -180,6 +185,16 @@ TEST_CASE("openai: logit bias and penalties at their limits, in both APIs") {
   auto bad = parse_completion_request(R"({"model":"m","prompt":"x","logit_bias":{"3":-101}})");
   REQUIRE(std::holds_alternative<api_error>(bad));
   CHECK(std::get<api_error>(bad).param == "logit_bias");
+  // min_tokens up to max_tokens (the completion's default 16 included); ignore_eos a boolean.
+  auto at = parse_chat_request(body(R"("min_tokens":8,"max_tokens":8,"ignore_eos":true)"));
+  REQUIRE(std::holds_alternative<chat_params>(at));
+  CHECK(std::get<chat_params>(at).min_tokens == 8);
+  CHECK(std::get<chat_params>(at).ignore_eos);
+  CHECK(std::holds_alternative<chat_params>(parse_chat_request(body(R"("min_tokens":500)"))));  // the pool's default: checked on admission
+  CHECK(std::holds_alternative<completion_params>(parse_completion_request(R"({"model":"m","prompt":"x","min_tokens":16})")));
+  auto past = parse_completion_request(R"({"model":"m","prompt":"x","min_tokens":17})");
+  REQUIRE(std::holds_alternative<api_error>(past));
+  CHECK(std::get<api_error>(past).param == "min_tokens");
 }
 
 TEST_CASE("openai: tools, tool calls and template variables reach the template as sent; nulls are accepted") {

@@ -205,13 +205,18 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
   CHECK_FALSE(sent.contains("repetition_penalty"));
   REQUIRE(request(front.port(), "POST", "/v1/chat/completions",
                   R"({"model":"chat-7b","max_tokens":3,"presence_penalty":-0.5,"frequency_penalty":1.25,)"
-                  R"("repetition_penalty":1.1,"logit_bias":{"50256":-100,"7":2.5},"messages":[{"role":"user","content":"x"}]})",
+                  R"("repetition_penalty":1.1,"logit_bias":{"50256":-100,"7":2.5},"min_tokens":2,"ignore_eos":true,)"
+                  R"("messages":[{"role":"user","content":"x"}]})",
                   kSearch).status == 200);
   const json biased = json::parse(fake.last_body());
   CHECK(biased["presence_penalty"] == -0.5);
   CHECK(biased["frequency_penalty"] == 1.25);
   CHECK(biased["repetition_penalty"].get<double>() == doctest::Approx(1.1));
   CHECK(biased["logit_bias"] == json{{"7", 2.5}, {"50256", -100}});
+  CHECK(biased["min_tokens"] == 2);
+  CHECK(biased["ignore_eos"] == true);
+  CHECK_FALSE(sent.contains("min_tokens"));
+  CHECK_FALSE(sent.contains("ignore_eos"));
 
   // A streaming client that vanishes: its upstream request closes at once.
   fake.tokens = 400;
