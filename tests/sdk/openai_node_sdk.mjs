@@ -84,6 +84,19 @@ if (!hl || hl.tokens.length !== harness.usage.prompt_tokens + 1 || hl.token_logp
     hl.token_logprobs.slice(1).some((x) => typeof x !== "number") || hl.text_offset[0] !== 0 || hl.top_logprobs[0] !== null)
   fail("completions echo logprobs: " + JSON.stringify(harness.choices[0]));
 
+// Sampling controls as the SDK types them, with vLLM's ignore_eos in the same body (as benchmark tools send it).
+const steered = await client.chat.completions.create({
+  model: "chat-7b", max_tokens: 40, presence_penalty: 0.5, frequency_penalty: -0.5, logit_bias: { "5": -100 }, ignore_eos: true,
+  messages: [{ role: "user", content: "Hi" }],
+});
+if (steered.usage.completion_tokens !== 40 || steered.choices[0].finish_reason !== "length") fail("ignore_eos: " + JSON.stringify(steered));
+try {
+  await client.chat.completions.create({ model: "chat-7b", logit_bias: { "5": 101 }, messages: [{ role: "user", content: "x" }] });
+  fail("logit_bias 101 accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.BadRequestError) || e.param !== "logit_bias") fail("logit_bias 101: " + e);
+}
+
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === "chat-7b")) fail("models list");
 
