@@ -253,6 +253,13 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
     out.repetition_penalty = v.get<double>();
   } else if (key == "logit_bias") {
     return read_logit_bias(v, out.logit_bias);
+  } else if (key == "service_tier") {
+    // OpenAI's tiers onto kiln's: priority -> interactive, default -> standard, flex -> batch.
+    if (v.is_null() || v == "auto") return std::nullopt;
+    if (v == "priority") out.tier = engine::priority::interactive;
+    else if (v == "default") out.tier = engine::priority::standard;
+    else if (v == "flex") out.tier = engine::priority::batch;
+    else return invalid("'service_tier' must be auto, default, flex or priority.", key);
   } else if (key == "min_tokens") {
     if (v.is_null()) return std::nullopt;
     if (auto e = read_int(v, "min_tokens", 0, 1 << 24, out.min_tokens)) return e;

@@ -260,6 +260,8 @@ bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& 
       return false;
     }
     r.priority = *tier;
+  } else if (p.tier) {
+    r.priority = *p.tier;
   }
   r.id = ex->who().id_origin ? actors::request_id{ex->who().id_origin, ex->who().id_seq} : f.deps.ids->next();
   r.team = ex->who().team;

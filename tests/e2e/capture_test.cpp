@@ -30,12 +30,15 @@ TEST_CASE("capture e2e: served requests are captured for replay, refused ones ar
     o.stderr_path = (dir / "serve.err").string();
     kiln_process p(test_config(1), o);
     for (int i = 0; i < 6; ++i) {
-      const std::string body = R"({"model":"chat-7b","max_tokens":)" + std::to_string(5 + i) +
+      // The tier: by x-priority (interactive), by OpenAI's service_tier (flex: batch) alone, or
+      // by both (the header wins).
+      const std::string tier = i % 3 == 0 ? "" : R"("service_tier":"flex",)";
+      std::vector<std::string> headers = {"Authorization: Bearer key-search", "x-conversation-id: chat-" + std::to_string(i % 2)};
+      if (i % 3 != 1) headers.push_back("x-priority: interactive");
+      const std::string body = R"({)" + tier + R"("model":"chat-7b","max_tokens":)" + std::to_string(5 + i) +
                                R"(,"messages":[{"role":"system","content":"You are kiln, a helpful assistant that answers questions about kilns, glazes and pottery."},{"role":"user","content":"question )" +
                                std::to_string(i) + R"("}]})";
-      auto r = request(p.port(), "POST", "/v1/chat/completions", body,
-                       {"Authorization: Bearer key-search", "x-priority: interactive", "x-conversation-id: chat-" +
-                                                                                            std::to_string(i % 2)});
+      auto r = request(p.port(), "POST", "/v1/chat/completions", body, headers);
       REQUIRE(r.status == 200);
       completion_total += json::parse(r.body)["usage"]["completion_tokens"].get<int>();
     }
@@ -55,7 +58,7 @@ TEST_CASE("capture e2e: served requests are captured for replay, refused ones ar
   int output = 0;
   for (std::size_t i = 0; i < recs.size(); ++i) {
     CHECK(recs[i].team == "search");
-    CHECK(recs[i].tier == 0);  // interactive
+    CHECK(recs[i].tier == (i % 3 == 1 ? 2 : 0));  // batch (flex) or interactive
     CHECK((recs[i].conversation == "chat-0" || recs[i].conversation == "chat-1"));
     CHECK(recs[i].prompt_tokens > 4);
     CHECK(recs[i].block_hashes.size() == static_cast<std::size_t>((recs[i].prompt_tokens + 15) / 16));

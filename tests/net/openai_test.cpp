@@ -82,6 +82,8 @@ TEST_CASE("openai: invalid requests name the parameter") {
       {body("\"min_tokens\":9,\"max_tokens\":8"), "min_tokens", ""},
       {body("\"max_completion_tokens\":8,\"min_tokens\":9"), "min_tokens", ""},
       {body("\"ignore_eos\":\"yes\""), "ignore_eos", ""},
+      {body("\"service_tier\":\"scale\""), "service_tier", ""},
+      {body("\"service_tier\":1"), "service_tier", ""},
   };
   for (const auto& r : table) {
     CAPTURE(r.body);
@@ -192,6 +194,13 @@ TEST_CASE("openai: logit bias and penalties at their limits, in both APIs") {
   CHECK(std::get<chat_params>(at).ignore_eos);
   CHECK(std::holds_alternative<chat_params>(parse_chat_request(body(R"("min_tokens":500)"))));  // the pool's default: checked on admission
   CHECK(std::holds_alternative<completion_params>(parse_completion_request(R"({"model":"m","prompt":"x","min_tokens":16})")));
+  // service_tier: OpenAI's names for kiln's tiers; auto (or null) leaves the tier to the header or the default.
+  const auto tier_of = [](const std::string& t) { return std::get<chat_params>(parse_chat_request(body("\"service_tier\":" + t))).tier; };
+  CHECK(tier_of("\"priority\"") == kiln::engine::priority::interactive);
+  CHECK(tier_of("\"default\"") == kiln::engine::priority::standard);
+  CHECK(tier_of("\"flex\"") == kiln::engine::priority::batch);
+  CHECK_FALSE(tier_of("\"auto\"").has_value());
+  CHECK_FALSE(tier_of("null").has_value());
   auto past = parse_completion_request(R"({"model":"m","prompt":"x","min_tokens":17})");
   REQUIRE(std::holds_alternative<api_error>(past));
   CHECK(std::get<api_error>(past).param == "min_tokens");
