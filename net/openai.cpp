@@ -533,16 +533,34 @@ std::string completion_json(const completion_meta& m, std::string_view text,
   return out;
 }
 
+namespace {
+
+json model_object(const config::kiln_config& cfg, const config::model_config& m, std::int64_t created) {
+  json versions = json::array();
+  for (const auto& p : cfg.pools)
+    if (p.model == m.name) versions.push_back({{"version", p.version}, {"id", p.model + "@" + p.version}, {"replicas", p.replicas}});
+  return {{"id", m.name}, {"object", "model"}, {"created", created}, {"owned_by", "kiln"},
+          {"live_version", m.live_version}, {"versions", versions}};
+}
+
+}  // namespace
+
 std::string models_json(const config::kiln_config& cfg, std::int64_t created) {
   json data = json::array();
-  for (const auto& m : cfg.models) {
-    json versions = json::array();
-    for (const auto& p : cfg.pools)
-      if (p.model == m.name) versions.push_back({{"version", p.version}, {"id", p.model + "@" + p.version}, {"replicas", p.replicas}});
-    data.push_back({{"id", m.name}, {"object", "model"}, {"created", created}, {"owned_by", "kiln"},
-                    {"live_version", m.live_version}, {"versions", versions}});
-  }
+  for (const auto& m : cfg.models) data.push_back(model_object(cfg, m, created));
   return json{{"object", "list"}, {"data", data}}.dump();
+}
+
+std::optional<std::string> model_json(const config::kiln_config& cfg, std::string_view id, std::int64_t created) {
+  const auto [name, version] = config::split_model_ref(std::string(id));
+  for (const auto& m : cfg.models) {
+    if (m.name != name) continue;
+    if (!version.empty() && !cfg.pool_for(name, version)) return std::nullopt;
+    json out = model_object(cfg, m, created);
+    out["id"] = std::string(id);  // as asked: a version's id names that version
+    return out.dump();
+  }
+  return std::nullopt;
 }
 
 }  // namespace kiln::net

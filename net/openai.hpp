@@ -117,5 +117,8 @@ std::string completion_json(const completion_meta& m, std::string_view text,
 std::string chunk_tool_calls_json(const completion_meta& m, const std::vector<tool_call>& calls);
 /// The models this node serves, each with its versions and live version.
 std::string models_json(const config::kiln_config& cfg, std::int64_t created);
+/// GET /v1/models/{id}: the model (`name`, or `name@version` for one of its versions) as the
+/// list shows it, with the id as asked; nullopt for none.
+std::optional<std::string> model_json(const config::kiln_config& cfg, std::string_view id, std::int64_t created);
 
 }  // namespace kiln::net

@@ -328,6 +328,12 @@ void add_openai_routes(front& f) {
   f.routes.add("GET", "/v1/models", access::team, [&f](const std::shared_ptr<exchange>& ex, const route_params&) {
     ex->respond(200, models_json(*f.deps.cfg, unix_now()));
   });
+  f.routes.add("GET", "/v1/models/{model}", access::team, [&f](const std::shared_ptr<exchange>& ex, const route_params& rp) {
+    const std::string id = rp.get("model");
+    if (auto body = model_json(*f.deps.cfg, id, unix_now())) return ex->respond(200, *body);
+    const api_error e = to_api_error(actors::errc::unknown_model, "The model '" + id + "' does not exist.", "model");
+    ex->respond(e.status, error_json(e));
+  });
 }
 
 }  // namespace kiln::net

@@ -136,6 +136,18 @@ TEST_CASE("e2e: models, health and metrics") {
   CHECK(m["object"] == "list");
   CHECK(m["data"][0]["id"] == "chat-7b");
   check_error(request(port, "GET", "/v1/models"), 401);
+  // One model (the SDK's models.retrieve), by name or by one of its versions; none: a 404.
+  const http_response one = request(port, "GET", "/v1/models/chat-7b", "", kAuth);
+  REQUIRE(one.status == 200);
+  CHECK(json::parse(one.body) == m["data"][0]);
+  const http_response version = request(port, "GET", "/v1/models/chat-7b@v1", "", kAuth);
+  REQUIRE(version.status == 200);
+  CHECK(json::parse(version.body)["id"] == "chat-7b@v1");
+  CHECK(json::parse(version.body)["versions"] == m["data"][0]["versions"]);
+  check_error(request(port, "GET", "/v1/models/chat-7b@v9", "", kAuth), 404, "model");
+  check_error(request(port, "GET", "/v1/models/nope", "", kAuth), 404, "model");
+  CHECK(json::parse(request(port, "GET", "/v1/models/nope", "", kAuth).body)["error"]["code"] == "model_not_found");
+  check_error(request(port, "GET", "/v1/models/chat-7b"), 401);
   CHECK(request(port, "GET", "/healthz").status == 200);
   const http_response metrics = request(port, "GET", "/metrics");
   CHECK(metrics.status == 200);

@@ -99,6 +99,14 @@ try {
 
 const models = await client.models.list();
 if (!models.data.some((m) => m.id === "chat-7b")) fail("models list");
+const one = await client.models.retrieve("chat-7b");
+if (one.id !== "chat-7b" || one.object !== "model") fail("models retrieve: " + JSON.stringify(one));
+try {
+  await client.models.retrieve("no-such-model");
+  fail("models retrieve of an unknown model");
+} catch (e) {
+  if (!(e instanceof OpenAI.NotFoundError)) fail("models retrieve unknown: " + e);
+}
 
 // Files and batches, as the SDK's batch guide does them.
 const lines = [0, 1, 2].map((i) => JSON.stringify({ custom_id: "sdk-" + i, method: "POST", url: "/v1/chat/completions",
