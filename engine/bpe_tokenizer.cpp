@@ -608,4 +608,19 @@ std::string train_byte_level_bpe(const std::string& corpus, int vocab_size, cons
   return tok.dump();
 }
 
+void bpe_tokenizer::set_more_stops(const std::vector<token_id>& ids) {
+  more_stops_.clear();
+  for (token_id id : ids)
+    if (id >= 0 && id < vocab_size() && id != eos_ &&
+        std::find(more_stops_.begin(), more_stops_.end(), id) == more_stops_.end())
+      more_stops_.push_back(id);
+}
+
+std::vector<token_id> bpe_tokenizer::stop_ids() const {
+  std::vector<token_id> out{eos_};
+  for (token_id id : more_stops_)
+    if (id != eos_) out.push_back(id);
+  return out;
+}
+
 }  // namespace kiln::engine

@@ -41,6 +41,9 @@ class bpe_tokenizer final : public tokenizer {
   std::optional<token_id> token_to_id(std::string_view token) const;
   bool is_special(token_id id) const;
   void set_eos(token_id id) { eos_ = id; }
+  /// Other ids that end an answer besides eos (those outside the vocabulary, and eos, are left out).
+  void set_more_stops(const std::vector<token_id>& ids);
+  std::vector<token_id> stop_ids() const override;
   bool byte_level() const { return byte_level_; }
 
  private:
@@ -61,6 +64,7 @@ class bpe_tokenizer final : public tokenizer {
   std::string split_behavior_ = "Isolated";
   std::optional<token_id> unk_;
   token_id eos_ = -1;
+  std::vector<token_id> more_stops_;
   std::unordered_map<std::string, token_id> vocab_;
   std::vector<std::string> id_to_token_;
   std::unordered_map<std::string, int> merge_rank_;  ///< "left right" -> rank

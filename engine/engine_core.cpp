@@ -35,7 +35,9 @@ engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_pt
       exec_(std::move(exec)),
       sim_(dynamic_cast<const sim_executor*>(exec_.get())),
       tok_(std::move(tok)),
-      salt_(salt) {}
+      salt_(salt),
+      stops_(tok_->stop_ids()),
+      eos_(stops_.empty() ? tok_->eos() : stops_.front()) {}
 
 int engine_core::coast_end(const sequence& s) const {
   if (!sim_ || !s.req.sampling.stop.empty() || s.req.sampling.logprobs >= 0) return 0;
@@ -172,7 +174,7 @@ seq_output engine_core::advance(sequence& s, token_id tok, const logprob_row* lp
   out.new_tokens = 1;
   ++s.generated;
   attach_prompt_logprobs(s, out);
-  const bool eos = tok == tok_->eos();  // with ignore_eos: a token that counts, with no text
+  const bool eos = ends_answer(tok);  // with ignore_eos: a token that counts, with no text
   if (lp && !eos) out.logprobs.push_back(named(*lp));
   if (eos && !s.req.sampling.ignore_eos) {
     out.finish = finish_reason::stop;
@@ -255,7 +257,8 @@ bool engine_core::prepare(step_result& result) {
       const auto& toks = item.status->tokens;
       append_adjustments(s.req.sampling, *s.tally,
                          std::span(toks.data(), std::min(toks.size(), static_cast<std::size_t>(item.status->prompt_len))),
-                         s.generated < s.req.sampling.min_tokens ? tok_->eos() : -1, adjust_);
+                         s.generated < s.req.sampling.min_tokens ? std::span<const token_id>(stops_) : std::span<const token_id>(),
+                         adjust_);
     }
     slots_.push_back({item.id, s.rng_seed, s.generated, s.req.sampling.temperature, s.req.sampling.top_k,
                       s.req.sampling.top_p, s.answer_seed, s.req.sampling.logprobs, {}, s.req.sampling.answer_min()});
@@ -296,7 +299,7 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     if (rec->tally) rec->tally->add(exec.tokens[slot]);
     // One of the step's quiet tokens: a plain decode token past the first that ends nothing
     // and carries nothing (no log-probabilities, no stop strings to hold text back for).
-    if (quiet && rec->generated > 0 && !lp && exec.tokens[slot] != tok_->eos() &&
+    if (quiet && rec->generated > 0 && !lp && !ends_answer(exec.tokens[slot]) &&
         rec->generated + 1 < rec->req.sampling.max_tokens && rec->req.sampling.stop.empty() &&
         (!rec->req.sampling.prompt_logprobs || rec->prompt_lp_sent)) {
       ++rec->generated;  // what advance() would do, without the output
@@ -377,7 +380,7 @@ step_result engine_core::coast_split(int first, int last, step_result* head) {
     const seq_status* st = order[i];
     s.generated += steps;
     finish_reason finish = finish_reason::none;
-    if (!st->tokens.empty() && st->tokens.back() == tok_->eos()) finish = finish_reason::stop;
+    if (!st->tokens.empty() && ends_answer(st->tokens.back())) finish = finish_reason::stop;
     else if (s.generated >= s.req.sampling.max_tokens) finish = finish_reason::length;
     if (finish == finish_reason::none) continue;
     seq_output out;

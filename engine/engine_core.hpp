@@ -1,6 +1,7 @@
 #pragma once
 // One engine: scheduler + executor + tokenizer. step() runs one continuous-batching step
 // and returns each sequence's new text, finish reason and usage. No actors, no clock.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -169,6 +170,12 @@ class engine_core {
   const sim_executor* sim_;  ///< exec_ when it is the simulator's (modelled answers, coasting)
   std::shared_ptr<const tokenizer> tok_;
   std::uint64_t salt_;
+  std::vector<token_id> stops_;  ///< the tokenizer's stop_ids(): eos, then the model's other end tokens
+  token_id eos_;
+  /// Whether sampling `t` ends an answer (unless it ignores eos).
+  bool ends_answer(token_id t) const {
+    return t == eos_ || (stops_.size() > 1 && std::find(stops_.begin() + 1, stops_.end(), t) != stops_.end());
+  }
   std::uint64_t unseeded_ = 0;
   std::unordered_map<seq_id, sequence> seqs_;
   // the step in progress

@@ -13,8 +13,8 @@ void token_tally::add(token_id t) {
     answer.insert(it, {t, 1});
 }
 
-void append_adjustments(const sampling_params& p, token_tally& tally, std::span<const token_id> prompt, token_id barred,
-                        std::vector<kernels::reference::logit_adjust>& out) {
+void append_adjustments(const sampling_params& p, token_tally& tally, std::span<const token_id> prompt,
+                        std::span<const token_id> barred, std::vector<kernels::reference::logit_adjust>& out) {
   const auto repeat = static_cast<float>(p.repetition_penalty);
   if (repeat != 1.f && !tally.prompt_read) {
     tally.prompt.assign(prompt.begin(), prompt.end());
@@ -24,7 +24,7 @@ void append_adjustments(const sampling_params& p, token_tally& tally, std::span<
   }
   const std::size_t first = out.size();
   for (const auto& [t, bias] : p.logit_bias) out.push_back({t, bias, 1.f, 0.f});
-  if (barred >= 0) out.push_back({barred, -std::numeric_limits<float>::infinity(), 1.f, 0.f});
+  for (token_id t : barred) out.push_back({t, -std::numeric_limits<float>::infinity(), 1.f, 0.f});
   const bool penalised = p.presence_penalty != 0 || p.frequency_penalty != 0 || repeat != 1.f;
   if (penalised)
     for (const auto& [t, n] : tally.answer)

@@ -105,6 +105,11 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
   c.max_position = 4096;
   if (auto id = tok.token_to_id(eos)) c.eos_ids = {*id};
   if (auto id = tok.token_to_id(bos)) c.bos_id = *id;
+  if (tokenizer_dir.empty()) {
+    // As Qwen's: the answer ends at <|im_end|> or at <|endoftext|>.
+    const auto end = tok.token_to_id("<|im_end|>"), text_end = tok.token_to_id("<|endoftext|>");
+    if (end && text_end) std::ofstream(dir / "generation_config.json") << nlohmann::json{{"eos_token_id", {*end, *text_end}}}.dump(2) << "\n";
+  }
   if (size == "tiny") {
     c.hidden = 64, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 16, c.intermediate = 176;
     c.tie_embeddings = false;  // a random tied head would only echo the last input token
@@ -116,6 +121,20 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
   const llama_weights w = random_llama(c, 42);
   return save_llama(dir_name, w, size == "100m" ? dtype::bf16 : dtype::f32);
 }
+
+namespace {
+
+// eos_token_id of a JSON object (an id or a list of them).
+void eos_ids_of(const nlohmann::json& j, std::vector<token_id>& out) {
+  if (!j.is_object() || !j.contains("eos_token_id")) return;
+  const auto& e = j["eos_token_id"];
+  if (e.is_number_integer()) out.push_back(e.get<token_id>());
+  if (e.is_array())
+    for (const auto& x : e)
+      if (x.is_number_integer()) out.push_back(x.get<token_id>());
+}
+
+}  // namespace
 
 std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink, bool text_only) {
   const auto started = std::chrono::steady_clock::now();
@@ -147,6 +166,16 @@ std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, c
   // The turn ends at the template's eos token, else at the model's first eos id.
   if (auto id = tok->token_to_id(ct->eos()); id && !ct->eos().empty()) tok->set_eos(*id);
   else if (!m.weights->cfg.eos_ids.empty()) tok->set_eos(m.weights->cfg.eos_ids[0]);
+  // The answer also ends at the model's other end tokens, as Hugging Face's generate and vLLM
+  // stop: config.json's eos_token_id and generation_config.json's (Llama 3.1 Instruct's
+  // <|eom_id|> and <|end_of_text|> besides <|eot_id|>; Qwen's <|endoftext|> besides <|im_end|>).
+  std::vector<token_id> more(m.weights->cfg.eos_ids.begin(), m.weights->cfg.eos_ids.end());
+  if (std::ifstream gen(fs::path(dir) / "generation_config.json", std::ios::binary); gen) {
+    const auto j = nlohmann::json::parse(gen, nullptr, false);
+    if (j.is_discarded()) return dir + ": generation_config.json is not valid JSON";
+    eos_ids_of(j, more);
+  }
+  tok->set_more_stops(more);
   m.tokenizer = tok;
   m.tmpl = ct;
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -22,6 +22,9 @@ class tokenizer {
   /// Text of one token as it appears in a stream (leading space included where it has one).
   virtual std::string decode(token_id id) const = 0;
   virtual token_id eos() const = 0;
+  /// Every id that ends an answer: eos() first, then the model's other end tokens (its
+  /// generation config's, say: Llama 3.1's <|eom_id|>, Qwen's <|endoftext|>).
+  virtual std::vector<token_id> stop_ids() const { return {eos()}; }
   /// Ids below this are ordinary generable tokens (eos excluded).
   virtual int vocab_size() const = 0;
 };

@@ -216,6 +216,21 @@ TEST_CASE("e2e sampling: logit_bias and the penalties steer a real forward pass;
   CHECK(json::parse(far.body)["error"]["message"].get<std::string>().find("vocabulary") != std::string::npos);
   CHECK(post(p, "/v1/chat/completions", R"({"model":"tiny-chat","max_tokens":2,"presence_penalty":1,"logit_bias":{"5":-100},)"
                                         R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);
+  // <|endoftext|> ends an answer as <|im_end|> does (the model's generation_config.json lists
+  // both, as Qwen's): forced first, the answer is that one token, with no text; ignore_eos passes it.
+  const json text_end = post(p, "/tokenize", R"({"model":"tiny-chat","prompt":"<|endoftext|>","add_special_tokens":false})");
+  REQUIRE(text_end["count"] == 1);
+  const std::string end_id = std::to_string(text_end["tokens"][0].get<int>());
+  const json ended = completion({{"logit_bias", {{end_id, 100}}}});
+  CHECK(ended["choices"][0]["finish_reason"] == "stop");
+  CHECK(ended["usage"]["completion_tokens"] == 1);
+  CHECK(ended["choices"][0]["text"] == "");
+  const json passed = completion({{"logit_bias", {{end_id, 100}}}, {"ignore_eos", true}});
+  CHECK(passed["choices"][0]["finish_reason"] == "length");
+  CHECK(passed["usage"]["completion_tokens"] == 4);
+  const json later = completion({{"logit_bias", {{end_id, 100}}}, {"min_tokens", 2}});
+  CHECK(later["usage"]["completion_tokens"] == 3);
+  CHECK(later["choices"][0]["finish_reason"] == "stop");
   // min_tokens past the pool's default max_tokens: a 400 on admission.
   const http_response least = request(p.port(), "POST", "/v1/chat/completions",
                                       R"({"model":"tiny-chat","min_tokens":16777216,"messages":[{"role":"user","content":"x"}]})", kAuth);

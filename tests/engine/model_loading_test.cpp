@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "engine/model_dir.hpp"
 #include "engine/tiny_model.hpp"
 
 using namespace kiln::engine;
@@ -169,4 +170,29 @@ TEST_CASE("a broken model directory gives one clear error line") {
   }
   CHECK(std::get<std::string>(parse_llama_config("{\"architectures\":[\"LlamaForCausalLM\"]}")) ==
         "config.json: 'hidden_size' is missing");
+}
+
+TEST_CASE("a model directory's end tokens: the template's eos, then config.json's and generation_config.json's") {
+  temp_dir d;
+  REQUIRE(make_tiny_model(d.str()).empty());
+  auto stops = [&]() -> std::variant<std::vector<token_id>, std::string> {
+    auto m = load_model_dir(d.str());
+    if (auto* e = std::get_if<std::string>(&m)) return *e;
+    return std::get<loaded_model>(m).tokenizer->stop_ids();
+  };
+  const auto first = stops();
+  REQUIRE(std::holds_alternative<std::vector<token_id>>(first));
+  auto m = std::get<loaded_model>(load_model_dir(d.str()));
+  const token_id end = *m.tokenizer->token_to_id("<|im_end|>"), text_end = *m.tokenizer->token_to_id("<|endoftext|>");
+  CHECK(m.tokenizer->eos() == end);
+  CHECK(std::get<std::vector<token_id>>(first) == std::vector<token_id>{end, text_end});  // as Qwen's
+  // Ids outside the vocabulary, repeats and non-integers are left out; config.json's stay.
+  std::ofstream(d.path / "generation_config.json") << R"({"eos_token_id": [7, 999999, 7, "x", -3], "do_sample": true})";
+  CHECK(std::get<std::vector<token_id>>(stops()) == std::vector<token_id>{end, 7});
+  std::ofstream(d.path / "generation_config.json") << R"({"eos_token_id": 9})";
+  CHECK(std::get<std::vector<token_id>>(stops()) == std::vector<token_id>{end, 9});
+  fs::remove(d.path / "generation_config.json");
+  CHECK(std::get<std::vector<token_id>>(stops()) == std::vector<token_id>{end});
+  std::ofstream(d.path / "generation_config.json") << "{not json";
+  CHECK(std::get<std::string>(stops()) == d.str() + ": generation_config.json is not valid JSON");
 }

@@ -40,6 +40,18 @@ class scripted_executor final : public executor {
   }
 };
 
+// Steps `core` until idle: each sequence's text, and its last output.
+std::pair<std::map<seq_id, std::string>, std::map<seq_id, seq_output>> run_all(engine_core& core) {
+  std::map<seq_id, std::string> text;
+  std::map<seq_id, seq_output> last;
+  while (!core.idle())
+    for (auto& out : core.step().outputs) {
+      text[out.id] += out.text;
+      if (out.finish != finish_reason::none) last[out.id] = out;
+    }
+  return {text, last};
+}
+
 bool same(const ref::logit_adjust& a, const ref::logit_adjust& b) {
   return a.token == b.token && a.bias == doctest::Approx(b.bias) && a.repeat == doctest::Approx(b.repeat) &&
          a.subtract == doctest::Approx(b.subtract);
@@ -66,7 +78,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.logit_bias = {{3, 5.f}, {9, -100.f}};
   token_tally tally;
   std::vector<ref::logit_adjust> out{{42, 1.f, 1.f, 0.f}};  // another slot's: left as it is
-  append_adjustments(p, tally, {}, -1, out);
+  append_adjustments(p, tally, {}, {}, out);
   REQUIRE(out.size() == 3);
   CHECK(same(out[1], {3, 5.f, 1.f, 0.f}));
   CHECK(same(out[2], {9, -100.f, 1.f, 0.f}));
@@ -76,7 +88,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.frequency_penalty = 0.25;
   for (token_id t : {9, 4, 9, 9}) tally.add(t);
   out.clear();
-  append_adjustments(p, tally, std::vector<token_id>{4, 8}, -1, out);
+  append_adjustments(p, tally, std::vector<token_id>{4, 8}, {}, out);
   REQUIRE(out.size() == 3);
   CHECK(same(out[0], {3, 5.f, 1.f, 0.f}));
   CHECK(same(out[1], {4, 0.f, 1.f, 0.75f}));
@@ -87,7 +99,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   p.presence_penalty = -1;
   p.frequency_penalty = 0;
   out.clear();
-  append_adjustments(p, tally, std::vector<token_id>{8, 4, 8, 2}, -1, out);
+  append_adjustments(p, tally, std::vector<token_id>{8, 4, 8, 2}, {}, out);
   REQUIRE(out.size() == 5);
   CHECK(same(out[0], {2, 0.f, 1.5f, 0.f}));
   CHECK(same(out[1], {3, 5.f, 1.f, 0.f}));
@@ -100,7 +112,7 @@ TEST_CASE("append_adjustments: one entry per token, from the bias, the answer's 
   sampling_params none;
   CHECK_FALSE(none.adjusts_logits());
   out.clear();
-  append_adjustments(none, tally, {}, -1, out);
+  append_adjustments(none, tally, {}, {}, out);
   CHECK(out.empty());
 }
 
@@ -213,13 +225,7 @@ TEST_CASE("engine core: min_tokens bars eos until then; with ignore_eos an eos s
   endless.ignore_eos = true;
   REQUIRE(core.add({1, {1, 2}, least, priority::standard, 0}));
   REQUIRE(core.add({2, {1, 2}, endless, priority::standard, 0}));
-  std::map<seq_id, std::string> text;
-  std::map<seq_id, seq_output> last;
-  while (!core.idle())
-    for (auto& out : core.step().outputs) {
-      text[out.id] += out.text;
-      if (out.finish != finish_reason::none) last[out.id] = out;
-    }
+  const auto [text, last] = run_all(core);
   const auto& one = ex->seen[1];
   REQUIRE(one.size() == 4);
   for (std::size_t k = 0; k < 2; ++k) {
@@ -229,11 +235,60 @@ TEST_CASE("engine core: min_tokens bars eos until then; with ignore_eos an eos s
     CHECK(one[k][0].bias < 0);
   }
   CHECK(one[2].empty());  // two tokens in: eos may come
-  CHECK(last[1].finish == finish_reason::stop);
-  CHECK(last[1].usage.completion_tokens == 4);
-  CHECK(text[1] == "<5><6><7>");
+  CHECK(last.at(1).finish == finish_reason::stop);
+  CHECK(last.at(1).usage.completion_tokens == 4);
+  CHECK(text.at(1) == "<5><6><7>");
   for (const auto& step : ex->seen[2]) CHECK(step.empty());
-  CHECK(last[2].finish == finish_reason::length);
-  CHECK(last[2].usage.completion_tokens == 5);
-  CHECK(text[2] == "<5><6>");
+  CHECK(last.at(2).finish == finish_reason::length);
+  CHECK(last.at(2).usage.completion_tokens == 5);
+  CHECK(text.at(2) == "<5><6>");
+}
+
+namespace {
+
+// As id_tokenizer, with a second end token (7) besides eos.
+class two_end_tokenizer final : public tokenizer {
+ public:
+  std::vector<token_id> encode(std::string_view) const override { return {}; }
+  std::string decode(token_id id) const override { return "<" + std::to_string(id) + ">"; }
+  token_id eos() const override { return 1000; }
+  std::vector<token_id> stop_ids() const override { return {1000, 7}; }
+  int vocab_size() const override { return 61; }
+};
+
+}  // namespace
+
+TEST_CASE("engine core: every end token of the model ends an answer; min_tokens bars them all; ignore_eos passes them") {
+  auto exec = std::make_unique<scripted_executor>();
+  auto* ex = exec.get();
+  ex->script[1] = {5, 7, 6};
+  ex->script[2] = {7, 5, 7};
+  ex->script[3] = {5, 6, 7, 8};
+  engine_core core({64, 4}, {64, 4}, std::move(exec), std::make_shared<two_end_tokenizer>(), 1);
+  sampling_params plain;
+  plain.max_tokens = 8;
+  sampling_params endless = plain;
+  endless.max_tokens = 3;
+  endless.ignore_eos = true;
+  sampling_params least = plain;
+  least.min_tokens = 1;
+  REQUIRE(core.add({1, {1, 2}, plain, priority::standard, 0}));
+  REQUIRE(core.add({2, {1, 2}, endless, priority::standard, 0}));
+  REQUIRE(core.add({3, {1, 2}, least, priority::standard, 0}));
+  const auto [text, last] = run_all(core);
+  CHECK(last.at(1).finish == finish_reason::stop);
+  CHECK(last.at(1).usage.completion_tokens == 2);
+  CHECK(text.at(1) == "<5>");
+  CHECK(last.at(2).finish == finish_reason::length);
+  CHECK(last.at(2).usage.completion_tokens == 3);
+  CHECK(text.at(2) == "<5>");
+  CHECK(last.at(3).finish == finish_reason::stop);
+  CHECK(text.at(3) == "<5><6>");
+  REQUIRE_FALSE(ex->seen[3].empty());
+  const auto& barred = ex->seen[3][0];  // before the first token: both end tokens
+  REQUIRE(barred.size() == 2);
+  CHECK(barred[0].token == 7);
+  CHECK(barred[1].token == 1000);
+  CHECK(std::isinf(barred[0].bias));
+  CHECK(ex->seen[3][1].empty());
 }
