@@ -33,7 +33,8 @@ void append_adjustments(const sampling_params& p, token_tally& tally, std::span<
     for (token_id t : tally.prompt) out.push_back({t, 0.f, repeat, 0.f});
   // One entry per token: the bias, the repetition penalty (once) and the subtraction merged.
   const auto begin = out.begin() + static_cast<std::ptrdiff_t>(first);
-  std::stable_sort(begin, out.end(), [](const auto& a, const auto& b) { return a.token < b.token; });
+  const auto by_token = [](const auto& a, const auto& b) { return a.token < b.token; };
+  if (!std::is_sorted(begin, out.end(), by_token)) std::stable_sort(begin, out.end(), by_token);  // a bias alone already is
   auto kept = begin;
   for (auto it = begin; it != out.end(); ++it) {
     if (it != begin && (kept - 1)->token == it->token) {
