@@ -74,6 +74,13 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   // A remote pool's upstream is sent the text itself: it travels on beside the tokens that
   // charge and route it.
   const bool keep_text = cfg_pool.executor == config::executor_kind::remote;
+  // A token id the client sent that names no row of the model's embeddings and head.
+  const auto past_vocab = [&](std::int32_t id, const char* param) {
+    return refuse(r, errc::invalid_request,
+                  "Token id " + std::to_string(id) + " in '" + param + "' is outside the model's vocabulary of " +
+                      std::to_string(rt.vocab) + " tokens.",
+                  param);
+  };
   if (!r.prompt_text.empty()) {
     const auto ids = r.prompt_specials ? rt.tokenizer->encode_special(r.prompt_text) : rt.tokenizer->encode(r.prompt_text);
     r.prompt.assign(ids.begin(), ids.end());
@@ -87,11 +94,7 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
     // Token ids as the client sent them: each names a row of the model's embeddings (a cpu
     // engine would read a wrong row, a GPU one past the table).
     const auto top = *std::max_element(r.prompt.begin(), r.prompt.end());
-    if (top >= rt.vocab)
-      return refuse(r, errc::invalid_request,
-                    "Token id " + std::to_string(top) + " in 'prompt' is outside the model's vocabulary of " +
-                        std::to_string(rt.vocab) + " tokens.",
-                    "prompt");
+    if (top >= rt.vocab) return past_vocab(top, "prompt");
   }
   if (!keep_text) {
     r.messages.clear();  // rendered: the tokens travel on, not the text
@@ -103,11 +106,10 @@ std::variant<caf::actor, stream_error> admission_state::admit(request& r, caf::a
   if (keep_text && (r.sampling.prompt_logprobs || r.sampling.logprobs >= 0))
     return refuse(r, errc::invalid_request, "Log-probabilities are not available from a remote pool's upstreams.",
                   "logprobs");
+  if (!r.sampling.stop_token_ids.empty() && rt.vocab > 0 && r.sampling.stop_token_ids.back() >= rt.vocab)
+    return past_vocab(r.sampling.stop_token_ids.back(), "stop_token_ids");
   if (!r.sampling.logit_bias.empty() && rt.vocab > 0 && r.sampling.logit_bias.back().first >= rt.vocab)
-    return refuse(r, errc::invalid_request,
-                  "Token id " + std::to_string(r.sampling.logit_bias.back().first) +
-                      " in 'logit_bias' is outside the model's vocabulary of " + std::to_string(rt.vocab) + " tokens.",
-                  "logit_bias");
+    return past_vocab(r.sampling.logit_bias.back().first, "logit_bias");
   if (r.sampling.min_tokens > r.sampling.max_tokens)
     return refuse(r, errc::invalid_request,
                   "'min_tokens' (" + std::to_string(r.sampling.min_tokens) + ") must be at most 'max_tokens' (" +

@@ -65,6 +65,7 @@ std::pair<std::string, std::string> upstream_body(const request& r, const pool_r
   if (s.frequency_penalty != 0) b["frequency_penalty"] = s.frequency_penalty;
   if (s.repetition_penalty != 1) b["repetition_penalty"] = s.repetition_penalty;
   if (s.min_tokens > 0) b["min_tokens"] = s.min_tokens;
+  if (!s.stop_token_ids.empty()) b["stop_token_ids"] = s.stop_token_ids;
   if (s.ignore_eos) b["ignore_eos"] = true;
   if (!s.logit_bias.empty()) {
     json bias = json::object();

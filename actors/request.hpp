@@ -155,7 +155,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   });
   return f(caf::meta::type_name("sampling_params"), x.max_tokens, x.temperature, x.top_k, x.top_p, has_seed, seed,
            x.stop, x.logprobs, x.prompt_logprobs, x.presence_penalty, x.frequency_penalty, x.repetition_penalty,
-           x.logit_bias, x.min_tokens, x.ignore_eos, load);
+           x.logit_bias, x.stop_token_ids, x.min_tokens, x.ignore_eos, load);
 }
 
 // Log-probabilities cross nodes as their IEEE bits: CAF's binary format cannot carry -inf or

@@ -40,7 +40,8 @@ engine_core::engine_core(scheduler_limits limits, kv_geometry kv, std::unique_pt
       eos_(stops_.empty() ? tok_->eos() : stops_.front()) {}
 
 int engine_core::coast_end(const sequence& s) const {
-  if (!sim_ || !s.req.sampling.stop.empty() || s.req.sampling.logprobs >= 0) return 0;
+  if (!sim_ || !s.req.sampling.stop.empty() || !s.req.sampling.stop_token_ids.empty() || s.req.sampling.logprobs >= 0)
+    return 0;
   return std::min(s.req.sampling.max_tokens,
                   std::max(sim_->natural_length(s.answer_seed), s.req.sampling.answer_min()) + 1);
 }
@@ -174,9 +175,11 @@ seq_output engine_core::advance(sequence& s, token_id tok, const logprob_row* lp
   out.new_tokens = 1;
   ++s.generated;
   attach_prompt_logprobs(s, out);
-  const bool eos = ends_answer(tok);  // with ignore_eos: a token that counts, with no text
+  const auto& ids = s.req.sampling.stop_token_ids;
+  const bool stop_id = !ids.empty() && std::binary_search(ids.begin(), ids.end(), tok);
+  const bool eos = stop_id || ends_answer(tok);  // with ignore_eos: a token that counts, with no text
   if (lp && !eos) out.logprobs.push_back(named(*lp));
-  if (eos && !s.req.sampling.ignore_eos) {
+  if (stop_id || (eos && !s.req.sampling.ignore_eos)) {
     out.finish = finish_reason::stop;
   } else if (!text_ && s.req.sampling.stop.empty()) {
     if (s.generated >= s.req.sampling.max_tokens) out.finish = finish_reason::length;
@@ -301,6 +304,7 @@ void engine_core::apply(const step_execution& exec, step_result& result) {
     // and carries nothing (no log-probabilities, no stop strings to hold text back for).
     if (quiet && rec->generated > 0 && !lp && !ends_answer(exec.tokens[slot]) &&
         rec->generated + 1 < rec->req.sampling.max_tokens && rec->req.sampling.stop.empty() &&
+        rec->req.sampling.stop_token_ids.empty() &&
         (!rec->req.sampling.prompt_logprobs || rec->prompt_lp_sent)) {
       ++rec->generated;  // what advance() would do, without the output
       continue;

@@ -24,7 +24,10 @@ void append_adjustments(const sampling_params& p, token_tally& tally, std::span<
   }
   const std::size_t first = out.size();
   for (const auto& [t, bias] : p.logit_bias) out.push_back({t, bias, 1.f, 0.f});
-  for (token_id t : barred) out.push_back({t, -std::numeric_limits<float>::infinity(), 1.f, 0.f});
+  constexpr float never = -std::numeric_limits<float>::infinity();
+  for (token_id t : barred) out.push_back({t, never, 1.f, 0.f});
+  if (!barred.empty())
+    for (token_id t : p.stop_token_ids) out.push_back({t, never, 1.f, 0.f});
   const bool penalised = p.presence_penalty != 0 || p.frequency_penalty != 0 || repeat != 1.f;
   if (penalised)
     for (const auto& [t, n] : tally.answer)

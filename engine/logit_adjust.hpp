@@ -22,7 +22,8 @@ struct token_tally {
 
 /// Appends the adjustments of `p` for the next token of a sequence whose prompt is `prompt`
 /// (read once into the tally when the repetition penalty needs it) to `out`: by token id,
-/// each token once. `barred`: tokens that cannot be sampled now (the end tokens before min_tokens).
+/// each token once. `barred`: tokens that cannot be sampled now (the model's end tokens before
+/// min_tokens; the request's stop_token_ids are barred with them).
 void append_adjustments(const sampling_params& p, token_tally& tally, std::span<const token_id> prompt,
                         std::span<const token_id> barred, std::vector<kernels::reference::logit_adjust>& out);
 

@@ -40,7 +40,8 @@ struct sampling_params {
   double frequency_penalty = 0;
   double repetition_penalty = 1;
   std::vector<std::pair<token_id, float>> logit_bias;  ///< added to those tokens' logits; by id, each once
-  int min_tokens = 0;       ///< vLLM's: eos cannot be sampled before this many tokens
+  std::vector<token_id> stop_token_ids;  ///< vLLM's: these end the answer too (with no text), ignore_eos or not; sorted
+  int min_tokens = 0;       ///< vLLM's: eos (and stop_token_ids) cannot be sampled before this many tokens
   bool ignore_eos = false;  ///< vLLM's: an eos sampled ends nothing (it counts, with no text): max_tokens ends the answer
 
   /// Whether any of the above changes the logits the sampler sees.

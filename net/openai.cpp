@@ -260,6 +260,18 @@ std::optional<api_error> read_field(const std::string& key, const json& v, chat_
     else if (v == "default") out.tier = engine::priority::standard;
     else if (v == "flex") out.tier = engine::priority::batch;
     else return invalid("'service_tier' must be auto, default, flex or priority.", key);
+  } else if (key == "stop_token_ids") {
+    // vLLM's: token ids that end the answer as eos does.
+    out.stop_token_ids.clear();
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_array()) return invalid("'stop_token_ids' must be an array of token ids.", key);
+    for (const json& t : v) {
+      if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= (1 << 24))
+        return invalid("'stop_token_ids' must hold token ids (integers from 0 to 16777215).", key);
+      out.stop_token_ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+    }
+    std::sort(out.stop_token_ids.begin(), out.stop_token_ids.end());
+    out.stop_token_ids.erase(std::unique(out.stop_token_ids.begin(), out.stop_token_ids.end()), out.stop_token_ids.end());
   } else if (key == "min_tokens") {
     if (v.is_null()) return std::nullopt;
     if (auto e = read_int(v, "min_tokens", 0, 1 << 24, out.min_tokens)) return e;

@@ -49,6 +49,7 @@ struct chat_params {
   double repetition_penalty = 1;  ///< vLLM's; 1: none
   std::vector<std::pair<std::int32_t, float>> logit_bias;  ///< by token id, each once
   std::optional<engine::priority> tier;  ///< from service_tier; an x-priority header wins
+  std::vector<std::int32_t> stop_token_ids;  ///< vLLM's: sorted, each once
   int min_tokens = 0;       ///< vLLM's: no eos before this many tokens
   bool ignore_eos = false;  ///< vLLM's: only max_tokens (or a stop string) ends the answer
 };

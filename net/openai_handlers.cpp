@@ -279,6 +279,7 @@ bool common_request(front& f, const std::shared_ptr<exchange>& ex, chat_params& 
   r.sampling.frequency_penalty = p.frequency_penalty;
   r.sampling.repetition_penalty = p.repetition_penalty;
   r.sampling.logit_bias = std::move(p.logit_bias);
+  r.sampling.stop_token_ids = std::move(p.stop_token_ids);
   r.sampling.min_tokens = p.min_tokens;
   r.sampling.ignore_eos = p.ignore_eos;
   ex->log().team = r.team;

@@ -102,6 +102,7 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a request crosses nodes whole, its handle
   r.sampling.repetition_penalty = 1.3;
   r.sampling.logit_bias = {{0, -100.f}, {7, 0.5f}, {16777215, 100.f}};
   r.sampling.min_tokens = 9;
+  r.sampling.stop_token_ids = {2, 128009};
   r.sampling.ignore_eos = true;
   r.conversation_id = "conv-1";
   r.messages = {{"system", "be brief"}, {"user", "h\xC3\xA9llo \"quoted\"\n"}};
@@ -133,6 +134,7 @@ TEST_CASE_FIXTURE(wire_fixture, "wire: a request crosses nodes whole, its handle
   CHECK(b.sampling.repetition_penalty == 1.3);
   CHECK(b.sampling.logit_bias == r.sampling.logit_bias);
   CHECK(b.sampling.min_tokens == 9);
+  CHECK(b.sampling.stop_token_ids == r.sampling.stop_token_ids);
   CHECK(b.sampling.ignore_eos);
   CHECK(b.conversation_id == r.conversation_id);
   REQUIRE(b.messages.size() == 2);

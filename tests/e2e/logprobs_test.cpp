@@ -259,6 +259,23 @@ TEST_CASE("e2e sampling: logit_bias and the penalties steer a real forward pass;
     }
     CHECK(content == r["choices"][0]["message"]["content"]);
   }
+  // stop_token_ids on the sim pool: the answer ends at the first of them (ignore_eos or not),
+  // without its text; an id past a model's vocabulary is a 400 (the sim's has no rows to check).
+  const std::string ask = R"("model":"chat-7b","max_tokens":30,"seed":11,"ignore_eos":true,"messages":[{"role":"user","content":"x"}])";
+  const std::string full = post(p, "/v1/chat/completions", "{" + ask + "}")["choices"][0]["message"]["content"];
+  const json words = post(p, "/tokenize", json{{"model", "chat-7b"}, {"prompt", full}, {"add_special_tokens", false}}.dump());
+  REQUIRE(words["count"].get<int>() > 6);
+  const int stop_id = words["tokens"][5];
+  const json cut = post(p, "/v1/chat/completions", "{" + ask + R"(,"stop_token_ids":[)" + std::to_string(stop_id) + "]}");
+  CHECK(cut["choices"][0]["finish_reason"] == "stop");
+  const std::string cut_text = cut["choices"][0]["message"]["content"];
+  CHECK(cut_text.size() < full.size());
+  CHECK(full.rfind(cut_text, 0) == 0);
+  CHECK(cut["usage"]["completion_tokens"].get<int>() <= 6);
+  const http_response far_stop = request(p.port(), "POST", "/v1/completions",
+                                         R"({"model":"tiny-chat","prompt":"x","stop_token_ids":[5,16777215]})", kAuth);
+  CHECK(far_stop.status == 400);
+  CHECK(json::parse(far_stop.body)["error"]["param"] == "stop_token_ids");
   // The sim pool takes the rest too (its answers are modelled, whatever the sampler's settings).
   CHECK(post(p, "/v1/chat/completions", R"({"model":"chat-7b","max_tokens":2,"frequency_penalty":-2,"logit_bias":{"5":-100},)"
                                         R"("messages":[{"role":"user","content":"x"}]})")["usage"]["completion_tokens"] == 2);

@@ -98,6 +98,31 @@ TEST_CASE("engine core: ignore_eos runs a modelled answer to max_tokens; min_tok
   }
 }
 
+TEST_CASE("engine core: stop_token_ids cut a modelled answer at the first of them; such answers never coast") {
+  auto core = make_core({30, 30});
+  const run_result whole = run_one(*core, "hello", greedy(40));
+  const auto ids = core->tok().encode(whole.text);
+  REQUIRE(ids.size() > 10);
+  sampling_params sp = greedy(40);
+  sp.stop_token_ids = {ids[6]};
+  core->add({2, core->tok().encode("hello"), sp, priority::standard});
+  run_result cut;
+  const auto take = [&](const step_result& st) {
+    for (const auto& out : st.outputs) {
+      cut.text += out.text;
+      if (out.finish != finish_reason::none) cut.finish = out.finish, cut.u = out.usage;
+    }
+  };
+  take(core->step());  // its prefill and first token
+  CHECK(core->coast_times(10).empty());
+  while (!core->idle()) take(core->step());
+  CHECK(cut.finish == finish_reason::stop);
+  const auto first = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), ids[6]) - ids.begin());
+  CHECK(cut.u.completion_tokens == static_cast<int>(first) + 1);
+  CHECK(whole.text.rfind(cut.text, 0) == 0);
+  CHECK(core->tok().encode(cut.text).size() == first);
+}
+
 TEST_CASE("engine core: greedy and seeded answers are deterministic; a modelled answer is of prompt and seed alone") {
   auto a = make_core({16, 400}, {2048, 64}, 1);
   auto b = make_core({16, 400}, {2048, 64}, 2);

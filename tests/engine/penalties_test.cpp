@@ -52,6 +52,32 @@ std::pair<std::map<seq_id, std::string>, std::map<seq_id, seq_output>> run_all(e
   return {text, last};
 }
 
+struct three_answers {
+  std::map<seq_id, std::string> text;
+  std::map<seq_id, seq_output> last;
+  std::map<seq_id, std::vector<std::vector<ref::logit_adjust>>> seen;
+};
+
+// Sequences 1, 2 and 3 sampling `scripts` on `tok`: as `base`; with ignore_eos and at most
+// `endless_max` tokens; with min_tokens 1.
+three_answers run_three(std::shared_ptr<const tokenizer> tok, const std::vector<std::vector<token_id>>& scripts,
+                        const sampling_params& base, int endless_max) {
+  auto exec = std::make_unique<scripted_executor>();
+  auto* ex = exec.get();
+  for (std::size_t k = 0; k < scripts.size(); ++k) ex->script[k + 1] = scripts[k];
+  engine_core core({64, 4}, {64, 4}, std::move(exec), std::move(tok), 1);
+  sampling_params endless = base;
+  endless.max_tokens = endless_max;
+  endless.ignore_eos = true;
+  sampling_params least = base;
+  least.min_tokens = 1;
+  REQUIRE(core.add({1, {1, 2}, base, priority::standard, 0}));
+  REQUIRE(core.add({2, {1, 2}, endless, priority::standard, 0}));
+  REQUIRE(core.add({3, {1, 2}, least, priority::standard, 0}));
+  auto [text, last] = run_all(core);
+  return {std::move(text), std::move(last), ex->seen};
+}
+
 bool same(const ref::logit_adjust& a, const ref::logit_adjust& b) {
   return a.token == b.token && a.bias == doctest::Approx(b.bias) && a.repeat == doctest::Approx(b.repeat) &&
          a.subtract == doctest::Approx(b.subtract);
@@ -259,23 +285,9 @@ class two_end_tokenizer final : public tokenizer {
 }  // namespace
 
 TEST_CASE("engine core: every end token of the model ends an answer; min_tokens bars them all; ignore_eos passes them") {
-  auto exec = std::make_unique<scripted_executor>();
-  auto* ex = exec.get();
-  ex->script[1] = {5, 7, 6};
-  ex->script[2] = {7, 5, 7};
-  ex->script[3] = {5, 6, 7, 8};
-  engine_core core({64, 4}, {64, 4}, std::move(exec), std::make_shared<two_end_tokenizer>(), 1);
   sampling_params plain;
   plain.max_tokens = 8;
-  sampling_params endless = plain;
-  endless.max_tokens = 3;
-  endless.ignore_eos = true;
-  sampling_params least = plain;
-  least.min_tokens = 1;
-  REQUIRE(core.add({1, {1, 2}, plain, priority::standard, 0}));
-  REQUIRE(core.add({2, {1, 2}, endless, priority::standard, 0}));
-  REQUIRE(core.add({3, {1, 2}, least, priority::standard, 0}));
-  const auto [text, last] = run_all(core);
+  const auto [text, last, seen] = run_three(std::make_shared<two_end_tokenizer>(), {{5, 7, 6}, {7, 5, 7}, {5, 6, 7, 8}}, plain, 3);
   CHECK(last.at(1).finish == finish_reason::stop);
   CHECK(last.at(1).usage.completion_tokens == 2);
   CHECK(text.at(1) == "<5>");
@@ -284,11 +296,32 @@ TEST_CASE("engine core: every end token of the model ends an answer; min_tokens 
   CHECK(text.at(2) == "<5>");
   CHECK(last.at(3).finish == finish_reason::stop);
   CHECK(text.at(3) == "<5><6>");
-  REQUIRE_FALSE(ex->seen[3].empty());
-  const auto& barred = ex->seen[3][0];  // before the first token: both end tokens
+  REQUIRE_FALSE(seen.at(3).empty());
+  const auto& barred = seen.at(3)[0];  // before the first token: both end tokens
   REQUIRE(barred.size() == 2);
   CHECK(barred[0].token == 7);
   CHECK(barred[1].token == 1000);
   CHECK(std::isinf(barred[0].bias));
-  CHECK(ex->seen[3][1].empty());
+  CHECK(seen.at(3)[1].empty());
+}
+
+TEST_CASE("engine core: stop_token_ids end an answer, ignore_eos or not, with no text; min_tokens bars them with eos") {
+  sampling_params sp;
+  sp.max_tokens = 8;
+  sp.stop_token_ids = {6, 9};
+  const auto [text, last, seen] = run_three(std::make_shared<id_tokenizer>(), {{5, 6, 7}, {1000, 6, 7}, {5, 8, 6, 7}}, sp, 8);
+  CHECK(last.at(1).finish == finish_reason::stop);
+  CHECK(last.at(1).usage.completion_tokens == 2);
+  CHECK(text.at(1) == "<5>");
+  CHECK(last.at(2).finish == finish_reason::stop);  // eos passed, the stop id not
+  CHECK(last.at(2).usage.completion_tokens == 2);
+  CHECK(text.at(2) == "");
+  CHECK(text.at(3) == "<5><8>");
+  const auto& first = seen.at(3)[0];  // before min_tokens: eos and both stop ids barred
+  REQUIRE(first.size() == 3);
+  CHECK(first[0].token == 6);
+  CHECK(first[1].token == 9);
+  CHECK(first[2].token == 1000);
+  CHECK(seen.at(3)[1].empty());
+  for (const auto& step : seen.at(1)) CHECK(step.empty());  // stop ids alone adjust nothing
 }

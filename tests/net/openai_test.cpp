@@ -83,6 +83,11 @@ TEST_CASE("openai: invalid requests name the parameter") {
       {body("\"max_completion_tokens\":8,\"min_tokens\":9"), "min_tokens", ""},
       {body("\"ignore_eos\":\"yes\""), "ignore_eos", ""},
       {body("\"service_tier\":\"scale\""), "service_tier", ""},
+      {body("\"stop_token_ids\":7"), "stop_token_ids", ""},
+      {body("\"stop_token_ids\":[-1]"), "stop_token_ids", ""},
+      {body("\"stop_token_ids\":[1.5]"), "stop_token_ids", ""},
+      {body("\"stop_token_ids\":[16777216]"), "stop_token_ids", ""},
+      {body("\"stop_token_ids\":[\"7\"]"), "stop_token_ids", ""},
       {body("\"service_tier\":1"), "service_tier", ""},
   };
   for (const auto& r : table) {
@@ -201,6 +206,9 @@ TEST_CASE("openai: logit bias and penalties at their limits, in both APIs") {
   CHECK(tier_of("\"flex\"") == kiln::engine::priority::batch);
   CHECK_FALSE(tier_of("\"auto\"").has_value());
   CHECK_FALSE(tier_of("null").has_value());
+  auto ids = parse_completion_request(R"({"model":"m","prompt":"x","stop_token_ids":[9,3,9,16777215]})");
+  REQUIRE(std::holds_alternative<completion_params>(ids));
+  CHECK(std::get<completion_params>(ids).common.stop_token_ids == std::vector<std::int32_t>{3, 9, 16777215});
   auto past = parse_completion_request(R"({"model":"m","prompt":"x","min_tokens":17})");
   REQUIRE(std::holds_alternative<api_error>(past));
   CHECK(std::get<api_error>(past).param == "min_tokens");

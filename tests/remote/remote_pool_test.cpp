@@ -205,7 +205,7 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
   CHECK_FALSE(sent.contains("repetition_penalty"));
   REQUIRE(request(front.port(), "POST", "/v1/chat/completions",
                   R"({"model":"chat-7b","max_tokens":3,"presence_penalty":-0.5,"frequency_penalty":1.25,)"
-                  R"("repetition_penalty":1.1,"logit_bias":{"50256":-100,"7":2.5},"min_tokens":2,"ignore_eos":true,)"
+                  R"("repetition_penalty":1.1,"logit_bias":{"50256":-100,"7":2.5},"min_tokens":2,"ignore_eos":true,"stop_token_ids":[9,4],)"
                   R"("messages":[{"role":"user","content":"x"}]})",
                   kSearch).status == 200);
   const json biased = json::parse(fake.last_body());
@@ -215,6 +215,7 @@ TEST_CASE("a vLLM-speaking upstream: what kiln sends, usage with cached tokens, 
   CHECK(biased["logit_bias"] == json{{"7", 2.5}, {"50256", -100}});
   CHECK(biased["min_tokens"] == 2);
   CHECK(biased["ignore_eos"] == true);
+  CHECK(biased["stop_token_ids"] == json{4, 9});
   CHECK_FALSE(sent.contains("min_tokens"));
   CHECK_FALSE(sent.contains("ignore_eos"));
 
