@@ -34,6 +34,27 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 
 }  // namespace
 
+namespace {
+
+std::vector<int> eos_ids_in(const json& j) {
+  std::vector<int> out;
+  if (!j.is_object() || !j.contains("eos_token_id")) return out;
+  const json& e = j["eos_token_id"];
+  if (e.is_number_integer()) out.push_back(e.get<int>());
+  if (e.is_array())
+    for (const auto& x : e)
+      if (x.is_number_integer()) out.push_back(x.get<int>());
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> parse_eos_ids(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return eos_ids_in(j);
+}
+
 std::variant<llama_config, std::string> parse_llama_config(std::string_view text) {
   const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return std::string("config.json is not a JSON object");
@@ -85,13 +106,7 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view text
     }
   }
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_id = j["bos_token_id"].get<int>();
-  if (j.contains("eos_token_id")) {
-    const json& e = j["eos_token_id"];
-    if (e.is_number_integer()) c.eos_ids.push_back(e.get<int>());
-    if (e.is_array())
-      for (const auto& x : e)
-        if (x.is_number_integer()) c.eos_ids.push_back(x.get<int>());
-  }
+  c.eos_ids = eos_ids_in(j);
   return c;
 }
 

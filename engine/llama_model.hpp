@@ -5,6 +5,7 @@
 // Anything wrong gives one clear error line.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -41,6 +42,9 @@ struct llama_config {
 };
 
 std::variant<llama_config, std::string> parse_llama_config(std::string_view json_text);
+/// A config's eos_token_id (an id or a list of them; entries that are not integers left out)
+/// from its JSON text (config.json's, generation_config.json's); nullopt when that is not JSON.
+std::optional<std::vector<int>> parse_eos_ids(std::string_view json_text);
 
 /// Weights as F32, row-major as stored ([out, in] for projections).
 struct layer_weights {

@@ -122,20 +122,6 @@ std::string make_tiny_model(const std::string& dir_name, const std::string& size
   return save_llama(dir_name, w, size == "100m" ? dtype::bf16 : dtype::f32);
 }
 
-namespace {
-
-// eos_token_id of a JSON object (an id or a list of them).
-void eos_ids_of(const nlohmann::json& j, std::vector<token_id>& out) {
-  if (!j.is_object() || !j.contains("eos_token_id")) return;
-  const auto& e = j["eos_token_id"];
-  if (e.is_number_integer()) out.push_back(e.get<token_id>());
-  if (e.is_array())
-    for (const auto& x : e)
-      if (x.is_number_integer()) out.push_back(x.get<token_id>());
-}
-
-}  // namespace
-
 std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, const weight_sink& sink, bool text_only) {
   const auto started = std::chrono::steady_clock::now();
   loaded_model m;
@@ -171,9 +157,11 @@ std::variant<loaded_model, std::string> load_model_dir(const std::string& dir, c
   // <|eom_id|> and <|end_of_text|> besides <|eot_id|>; Qwen's <|endoftext|> besides <|im_end|>).
   std::vector<token_id> more(m.weights->cfg.eos_ids.begin(), m.weights->cfg.eos_ids.end());
   if (std::ifstream gen(fs::path(dir) / "generation_config.json", std::ios::binary); gen) {
-    const auto j = nlohmann::json::parse(gen, nullptr, false);
-    if (j.is_discarded()) return dir + ": generation_config.json is not valid JSON";
-    eos_ids_of(j, more);
+    std::ostringstream text;
+    text << gen.rdbuf();
+    const auto ids = parse_eos_ids(text.str());
+    if (!ids) return dir + ": generation_config.json is not valid JSON";
+    more.insert(more.end(), ids->begin(), ids->end());
   }
   tok->set_more_stops(more);
   m.tokenizer = tok;
